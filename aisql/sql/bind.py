@@ -1,0 +1,263 @@
+"""Bind AI calls: validate them, resolve PROMPT templates, and replace each call by a bound call.
+
+After binding, the statement's AST is plain DuckDB SQL except that every AI call reads
+`<function_name>(CAST(arg0 AS VARCHAR), ...)`: the arguments are exactly the values that fill the
+template, rendered to text by DuckDB. NULL in any of them makes the call NULL without reaching the
+model (DuckDB does not call a scalar function on NULL input). How those calls get their answers is
+the planner's and executor's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from aisql.errors import AisqlError, BindError, TemplateError
+from aisql.sql.calls import AICall, AIKind
+from aisql.sql.functions import RawAICall, is_prompt_call, match_ai_call, read_options
+from aisql.sql.parse import Statement
+from aisql.sql.source import SourceText, node_start
+from aisql.sql.template import Placeholder, Template, parse_template
+
+VARCHAR = exp.DataType.build("VARCHAR")
+
+
+@dataclass
+class BoundStatement:
+    statement: Statement
+    ast: exp.Expression  # AI calls replaced by bound calls; equals statement.ast when there are none
+    calls: list[AICall]
+
+    @property
+    def has_ai(self) -> bool:
+        return bool(self.calls)
+
+    def sql(self) -> str:
+        """The statement as DuckDB runs it: verbatim when it has no AI calls."""
+        return self.ast.sql(dialect="duckdb", comments=False) if self.calls else self.statement.text
+
+
+def bind_statement(
+    statement: Statement, source: SourceText, function_prefix: str, first_call_number: int = 1
+) -> BoundStatement:
+    """Find, validate and replace the AI calls of one statement (innermost calls first).
+
+    Calls are numbered ai_<first_call_number>, ... in order of appearance, so that ids stay unique
+    across the statements of a script.
+    """
+    ast = statement.ast.copy()
+    _copy_meta(statement.ast, ast)
+    raw_calls: list[RawAICall] = []
+    for node in ast.walk(bfs=False):  # depth-first: calls are numbered in the order they are written
+        try:
+            raw = match_ai_call(node)
+        except AisqlError as err:
+            raise _at(err, source, node) from None
+        if raw is not None:
+            raw_calls.append(raw)
+    ids = {id(raw.node): f"ai_{first_call_number + i}" for i, raw in enumerate(raw_calls)}
+    calls: list[AICall] = []
+    # Reverse pre-order visits every call after the calls nested inside its arguments.
+    for found in reversed(raw_calls):
+        call_id = ids[id(found.node)]
+        # Re-read the arguments: calls nested in them have been replaced by bound calls meanwhile.
+        raw = match_ai_call(found.node)
+        try:
+            call = _bind_call(raw, call_id, f"{function_prefix}{call_id}", source)
+        except AisqlError as err:
+            raise _at(err, source, raw.node) from None
+        bound = exp.Anonymous(this=call.function_name, expressions=[exp.cast(a.copy(), VARCHAR) for a in call.args])
+        raw.node.replace(bound)
+        calls.append(call)
+    for node in ast.walk():
+        if is_prompt_call(node):
+            line, col = source.position_of(node)
+            raise BindError(
+                "PROMPT(...) can only be used as the prompt argument of an AI function",
+                line=line,
+                col=col,
+                hint="e.g. AI.IF(PROMPT('... {column} ...'))",
+            )
+    calls.sort(key=lambda c: int(c.id.split("_")[1]))
+    return BoundStatement(statement=statement, ast=ast, calls=calls)
+
+
+def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceText) -> AICall:
+    prompt, options = read_options(raw)
+    line, col = source.position_of(raw.node)
+    if is_prompt_call(prompt):
+        template, args, positions = _bind_prompt(prompt, raw, source)
+    else:
+        nested = next((n for n in prompt.walk() if is_prompt_call(n)), None)
+        if nested is not None:
+            raise BindError(
+                f"{raw.spelling}: PROMPT(...) must be the whole prompt argument, not part of an expression",
+                line=source.position_of(nested)[0],
+                col=source.position_of(nested)[1],
+            )
+        if isinstance(prompt, exp.Literal) and not prompt.is_string:
+            raise BindError(f"{raw.spelling}: the prompt must be text, got the number {prompt.this}")
+        if isinstance(prompt, (exp.Array, exp.Struct, exp.Boolean)):
+            raise BindError(f"{raw.spelling}: the prompt must be text, got {prompt.sql(dialect='duckdb')}")
+        template, args, positions = Template.identity(), (prompt,), (source.position_of(prompt),)
+    return AICall(
+        id=call_id,
+        function_name=function_name,
+        kind=raw.kind,
+        spelling=raw.spelling,
+        template=template,
+        args=args,
+        labels=options.labels if raw.kind is AIKind.CLASSIFY else (),
+        max_tokens=options.max_tokens,
+        hints=options.hints,
+        line=line,
+        col=col,
+        arg_positions=positions,
+    )
+
+
+def _bind_prompt(prompt: exp.Anonymous, raw: RawAICall, source: SourceText):
+    """PROMPT('text {col} {0}', arg0, ...) -> (Template, argument expressions, their positions)."""
+    if not prompt.expressions:
+        raise BindError("PROMPT needs a template string", hint="e.g. PROMPT('Is {title} a comedy?')")
+    literal, *extra = prompt.expressions
+    text = _template_text(literal)
+    if text is None:
+        line, col = source.position_of(literal)
+        raise TemplateError(
+            f"the PROMPT template must be a string literal, got {literal.sql(dialect='duckdb')}",
+            line=line,
+            col=col,
+            hint="to build a prompt from an expression, pass the expression itself: AI.IF('Is ' || title || ' a comedy?')",
+        )
+    try:
+        template = parse_template(text)
+    except TemplateError as err:
+        line, col = source.position_of(literal)
+        raise TemplateError(err.message, line=line, col=col, hint=err.hint) from None
+
+    args: list[exp.Expression] = []
+    positions: list[tuple[int | None, int | None]] = []
+    used_positional: set[int] = set()
+    for ph in template.placeholders:
+        pos = _placeholder_position(source, literal, ph)
+        if ph.is_positional:
+            if ph.index >= len(extra):
+                raise TemplateError(
+                    f"placeholder {{{ph.index}}} has no argument: PROMPT has {len(extra)} argument(s) after the template",
+                    line=pos[0],
+                    col=pos[1],
+                )
+            used_positional.add(ph.index)
+            args.append(extra[ph.index])
+            positions.append(source.position_of(extra[ph.index]))
+        else:
+            args.append(_placeholder_column(ph, prompt, source, pos))
+            positions.append(pos)
+    unused = [i for i in range(len(extra)) if i not in used_positional]
+    if unused:
+        line, col = source.position_of(extra[unused[0]])
+        raise TemplateError(
+            f"PROMPT argument {{{unused[0]}}} is not used by the template {text!r}",
+            line=line,
+            col=col,
+        )
+    for arg in extra:
+        nested = next((n for n in arg.walk() if is_prompt_call(n)), None)
+        if nested is not None:
+            line, col = source.position_of(nested)
+            raise TemplateError("PROMPT(...) cannot be an argument of PROMPT", line=line, col=col)
+    return template, tuple(args), tuple(positions)
+
+
+def _template_text(node: exp.Expression) -> str | None:
+    if isinstance(node, exp.Literal) and node.is_string:
+        return node.this
+    # DuckDB reads "..." as an identifier; PROMPT("...") is a template in double quotes (BigQuery style).
+    if isinstance(node, exp.Column) and not node.table and isinstance(node.this, exp.Identifier) and node.this.quoted:
+        return node.this.this
+    return None
+
+
+def _placeholder_column(ph: Placeholder, prompt: exp.Expression, source: SourceText, pos) -> exp.Column:
+    """`{alias.col}` / `{table.col}` / `{col}` -> a column reference valid in the call's scope."""
+    column = exp.to_identifier(ph.column, quoted=True)
+    if ph.qualifier is None:
+        return exp.Column(this=column)
+    scopes = _enclosing_selects(prompt)
+    wanted = ph.qualifier.lower()
+    for select in scopes:
+        names = _source_names(select)
+        if wanted in names:
+            return exp.Column(this=column, table=exp.to_identifier(names[wanted], quoted=True))
+    available = sorted({alias for select in scopes[:1] for alias in _source_names(select).values()})
+    raise TemplateError(
+        f"unknown table or alias {ph.qualifier!r} in placeholder {{{ph.text}}}",
+        line=pos[0],
+        col=pos[1],
+        hint=f"tables here: {', '.join(available)}" if available else "the query has no FROM clause here",
+    )
+
+
+def _enclosing_selects(node: exp.Expression) -> list[exp.Select]:
+    out = []
+    parent = node.find_ancestor(exp.Select)
+    while parent is not None:
+        out.append(parent)
+        parent = parent.find_ancestor(exp.Select)
+    return out
+
+
+def _source_names(select: exp.Select) -> dict[str, str]:
+    """lower(name or alias) -> the alias to qualify with, for each FROM/JOIN item of `select`."""
+    items = []
+    from_ = select.args.get("from_")
+    if from_ is not None:
+        items.append(from_.this)
+    items.extend(j.this for j in select.args.get("joins") or [])
+    names: dict[str, str] = {}
+    for item in items:
+        alias = item.alias
+        if alias:
+            names[alias.lower()] = alias
+            if isinstance(item, exp.Table) and item.name:
+                names.setdefault(item.name.lower(), alias)
+        elif isinstance(item, exp.Table) and item.name:
+            names[item.name.lower()] = item.name
+    return names
+
+
+def _placeholder_position(source: SourceText, literal: exp.Expression, ph: Placeholder) -> tuple[int | None, int | None]:
+    """Line/column of a placeholder's '{' inside the template literal of the user's text."""
+    start = node_start(literal)
+    if start is None or start >= len(source.text):
+        return source.position_of(literal)
+    quote = source.text[start]
+    if quote not in ("'", '"'):
+        return source.line_col(start)
+    raw = start + 1
+    value_index = 0
+    while raw < len(source.text) and value_index < ph.offset:
+        if source.text[raw] == quote and source.text.startswith(quote * 2, raw):
+            raw += 2
+        elif source.text[raw] == quote:
+            break
+        else:
+            raw += 1
+        value_index += 1
+    return source.line_col(raw)
+
+
+def _copy_meta(src: exp.Expression, dst: exp.Expression) -> None:
+    """Expression.copy() may drop token positions; carry them over so errors can point at text."""
+    for a, b in zip(src.walk(), dst.walk()):
+        if a.meta and not b.meta:
+            b.meta.update(a.meta)
+
+
+def _at(err: AisqlError, source: SourceText, node: exp.Expression) -> AisqlError:
+    """Give an error the position of `node` if it has none yet."""
+    if err.line is None:
+        err.line, err.col = source.position_of(node)
+    return err

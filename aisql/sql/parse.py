@@ -1,0 +1,114 @@
+"""Parse SQL text into statements with sqlglot (DuckDB dialect), mapping errors to positions.
+
+The relational part of every query runs in DuckDB, so DuckDB's dialect is the one we read;
+BigQuery (`AI.IF`) and Snowflake (`AI_FILTER`) spellings of the AI functions parse in it as
+ordinary (dotted) function calls and are recognised in `aisql.sql.functions`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from aisql.errors import SqlSyntaxError
+from aisql.sql.source import SourceText
+
+DIALECT = "duckdb"
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One statement of a script: its AST and its exact original text (run verbatim when it has no AI calls)."""
+
+    ast: exp.Expression
+    text: str
+    start: int  # offset of `text` in the script
+
+
+def parse_script(source: SourceText) -> list[Statement]:
+    """All statements of `source`, in order; raises SqlSyntaxError with line/column."""
+    if not source.text.strip():
+        raise SqlSyntaxError("the query is empty")
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(source.text)
+    except TokenError as err:
+        line, col = _unterminated_position(source)
+        raise SqlSyntaxError(
+            "unterminated string or quoted identifier" if line else f"cannot tokenize SQL: {err}",
+            line=line,
+            col=col,
+            hint="check that every ' and \" is closed",
+        ) from None
+    try:
+        asts = sqlglot.parse(source.text, read=DIALECT)
+    except ParseError as err:
+        first = err.errors[0] if err.errors else {}
+        description = _clean_description(first.get("description") or str(err))
+        highlight = first.get("highlight") or ""
+        line, col = first.get("line"), first.get("col")
+        if line and col and highlight:
+            # sqlglot reports the column where the offending token ends; users expect where it starts.
+            col = max(1, col - len(highlight) + 1)
+        near = f" near {highlight!r}" if highlight else ""
+        raise SqlSyntaxError(f"SQL syntax error{near}: {description}", line=line, col=col) from None
+    return _split_statements(source, tokens, asts)
+
+
+def _split_statements(source: SourceText, tokens, asts) -> list[Statement]:
+    """Pair each AST with the text between semicolons, so non-AI statements run byte-for-byte."""
+    from sqlglot.tokens import TokenType
+
+    pieces: list[tuple[int, int]] = []
+    begin = 0
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            pieces.append((begin, tok.start))
+            begin = tok.end + 1
+    pieces.append((begin, len(source.text)))
+    pieces = [(a, b) for a, b in pieces if source.text[a:b].strip()]
+    statements = [ast for ast in asts if ast is not None]
+    if len(pieces) != len(statements):  # comments-only pieces etc.: fall back to generated SQL
+        return [Statement(ast=a, text=a.sql(dialect=DIALECT), start=0) for a in statements]
+    return [Statement(ast=a, text=source.text[s:e], start=s) for a, (s, e) in zip(statements, pieces)]
+
+
+def _clean_description(text: str) -> str:
+    text = text.split("\n")[0]
+    if "Required keyword" in text and "missing" in text:
+        return "incomplete expression"
+    if text.startswith("Expecting "):
+        return "expected " + text[len("Expecting ") :]
+    return text
+
+
+def _unterminated_position(source: SourceText) -> tuple[int | None, int | None]:
+    """Where an unclosed quote starts (outside comments), for the tokenizer's vague errors."""
+    text = source.text
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if text.startswith("--", i):
+            nl = text.find("\n", i)
+            i = len(text) if nl < 0 else nl + 1
+            continue
+        if text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = len(text) if end < 0 else end + 2
+            continue
+        if ch in ("'", '"'):
+            j = i + 1
+            while True:
+                k = text.find(ch, j)
+                if k < 0:
+                    return source.line_col(i)
+                if text.startswith(ch * 2, k):
+                    j = k + 2
+                    continue
+                i = k + 1
+                break
+            continue
+        i += 1
+    return None, None
