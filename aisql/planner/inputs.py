@@ -1,0 +1,281 @@
+"""Derive an AI node's input relation: the rows its call sees, as one DuckDB query.
+
+For a call in a SELECT, the input is that SELECT's FROM clause filtered by everything that must be
+TRUE for the call's value to matter:
+
+- in WHERE (or an inner join's ON): every *other* conjunct of WHERE and of the inner joins' ON
+  conditions. If any of them is not TRUE the row is dropped whatever the call answers, so the
+  input is exactly the rows on which naive execution needs an answer;
+- in the ON of an outer join: the pairs of the join's left side and its table that satisfy the
+  other ON conjuncts (WHERE may not be applied below an outer join);
+- in the SELECT list, ORDER BY, QUALIFY: the rows surviving WHERE (and GROUP BY/HAVING when the
+  prompt's arguments aggregate);
+- in HAVING: the groups surviving the other HAVING conjuncts.
+
+Conjuncts that call AI nodes not yet evaluated are dropped (the input becomes a superset: more
+prompts, never wrong answers). The query returns the distinct argument tuples and how many input
+rows share each one, which is what dedup and the token accounting need.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN, AINode, Clause
+from aisql.planner.scope import bound_call_names, find_bound_call
+
+_DROP_FROM_INPUT = ("with_", "distinct", "order", "limit", "offset", "qualify", "sample", "locks", "into")
+
+
+def build_input_sql(node: AINode, available: set[str], all_names: set[str]) -> tuple[str | None, bool]:
+    """SQL of the node's distinct argument tuples, or None if it cannot be derived.
+
+    `available`/`all_names` are upper-case bound call names: calls whose answers may be used in
+    filters, and all calls of the statement. Returns (sql, dropped_filters): dropped_filters says
+    the input is a superset because filters calling unavailable nodes were left out.
+    """
+    select = node.location.select
+    if select is None:
+        return None, False
+    blocked = (all_names - available) | {node.function_name.upper()}
+    builder = _InputBuilder(select, node, blocked)
+    query = builder.build()
+    if query is None:
+        return None, False
+    if bound_call_names(query, blocked):
+        return None, False  # e.g. a derived table or CTE whose AI answers are not known yet
+    names = [f"{ARG_PREFIX}{i}" for i in range(node.call.arity)]
+    wrapper = exp.select(*names, exp.alias_(exp.func("count", exp.Star()), COUNT_COLUMN)).from_(
+        exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier("__aisql_input")))
+    )
+    wrapper = wrapper.group_by(*names)
+    return wrapper.sql(dialect="duckdb", comments=False), builder.dropped
+
+
+class _InputBuilder:
+    def __init__(self, select: exp.Select, node: AINode, blocked: set[str]) -> None:
+        self.original = select
+        self.node = node
+        self.blocked = blocked
+        self.dropped = False  # a filter was dropped because it needs unknown AI answers
+        self.self_name = node.function_name.upper()
+
+    def build(self) -> exp.Select | None:
+        query = self.original.copy()
+        call = find_bound_call(query, self.node.function_name)
+        if call is None:  # pragma: no cover
+            return None
+        args = [a.copy() for a in call.expressions]
+        if any(self._blocked_in(a) for a in args):
+            return None  # an AI call inside the prompt's arguments has no answers yet
+        loc = self.node.location
+        joins = query.args.get("joins") or []
+        all_inner = all(_is_inner(j) for j in joins)
+
+        if loc.clause is Clause.JOIN and not all_inner:
+            k = loc.join_index
+            kept = []
+            for join in joins[:k]:
+                if not self._filter_join(join):
+                    return None
+                kept.append(join)
+            target = joins[k]
+            preserves_left = (target.args.get("side") or "").upper() in ("", "LEFT")
+            target.set("side", None)
+            if target.args.get("kind") not in (None, "", "INNER"):
+                target.set("kind", None)
+            target.set("on", self._strip(target.args.get("on")) or exp.true())
+            kept.append(target)
+            query.set("joins", kept)
+            # WHERE cannot go below an outer join, except conjuncts on the join's left side alone
+            # when the join keeps left rows as they are (LEFT or INNER): a left row failing them is
+            # dropped with everything joined to it, whatever the call answers.
+            pushed = self._left_side_conjuncts(query, k) if preserves_left else []
+            query.set("where", exp.Where(this=exp.and_(*pushed)) if pushed else None)
+            self._drop_grouping(query)
+            items: list[exp.Expression] | None = []
+        else:
+            for join in joins:
+                if not self._filter_join(join):
+                    return None
+            where = query.args.get("where")
+            if where is not None:
+                cond = self._strip(where.this)
+                query.set("where", exp.Where(this=cond) if cond is not None else None)
+            grouped = loc.clause is Clause.HAVING or (
+                loc.clause in (Clause.SELECT, Clause.ORDER, Clause.QUALIFY) and needs_grouping(args, query)
+            )
+            if grouped:
+                having = query.args.get("having")
+                cond = self._strip(having.this) if having is not None else None
+                query.set("having", exp.Having(this=cond) if cond is not None else None)
+                if query.args.get("group") is not None and self._blocked_in(query.args["group"]):
+                    return None
+                items = self._grouped_items(query.expressions)
+            else:
+                self._drop_grouping(query)
+                items = self._row_items(query.expressions)
+            if items is None:
+                return None
+
+        for key in _DROP_FROM_INPUT:
+            query.set(key, None)
+        query.set("expressions", items + [exp.alias_(a, f"{ARG_PREFIX}{i}") for i, a in enumerate(args)])
+        ctes = _visible_ctes(self.original)
+        if ctes:
+            query = _attach_ctes(query, ctes)
+        return query
+
+    def _left_side_conjuncts(self, query: exp.Select, k: int) -> list[exp.Expression]:
+        where = query.args.get("where")
+        if where is None:
+            return []
+        from_ = query.args.get("from_")
+        items = ([from_.this] if from_ is not None else []) + [j.this for j in (query.args.get("joins") or [])[:k]]
+        left = {item.alias_or_name.lower() for item in items}
+        pushed = []
+        for conjunct in split_conjuncts(where.this):
+            columns = list(conjunct.find_all(exp.Column))
+            if self._blocked_in(conjunct) or conjunct.find(exp.Subquery) is not None:
+                continue
+            if all(c.table and c.table.lower() in left for c in columns):
+                pushed.append(conjunct)
+        return pushed
+
+    def _grouped_items(self, items: list[exp.Expression]) -> list[exp.Expression] | None:
+        """The SELECT list as written, so GROUP BY ALL / positions / aliases keep their meaning.
+
+        An item calling an unevaluated AI node becomes NULL when it aggregates (it cannot be a
+        group key, so grouping is unchanged); a group key that needs one makes the input underivable.
+        """
+        kept = []
+        for item in items:
+            if not self._blocked_in(item):
+                kept.append(item)
+            elif _aggregates(item):
+                kept.append(exp.alias_(exp.null(), item.alias) if item.alias else exp.null())
+            else:
+                return None
+        return kept
+
+    def _row_items(self, items: list[exp.Expression]) -> list[exp.Expression]:
+        """Per-row SELECT items (kept so WHERE may use their aliases, as DuckDB allows)."""
+        kept = []
+        for item in items:
+            if _aggregates(item) or item.find(exp.Window) is not None:
+                continue
+            if self._blocked_in(item):
+                kept.append(exp.alias_(exp.null(), item.alias) if item.alias else exp.null())
+            else:
+                kept.append(item)
+        return kept
+
+    def _filter_join(self, join: exp.Join) -> bool:
+        """Strip unavailable AI conjuncts from an inner join's ON; outer joins must be complete."""
+        on = join.args.get("on")
+        if on is None:
+            return True
+        if _is_inner(join):
+            join.set("on", self._strip(on) or exp.true())
+            return True
+        return not self._blocked_in(on)
+
+    def _strip(self, cond: exp.Expression | None) -> exp.Expression | None:
+        """`cond` without the conjuncts that call this node or nodes not evaluated yet."""
+        if cond is None:
+            return None
+        kept = []
+        for conjunct in split_conjuncts(cond):
+            names = bound_call_names(conjunct, self.blocked)
+            if not names:
+                kept.append(conjunct)
+            elif names != {self.self_name}:
+                self.dropped = True  # the input is now a superset of what naive evaluation needs
+        return exp.and_(*kept) if kept else None
+
+    def _blocked_in(self, expression: exp.Expression) -> bool:
+        return bool(bound_call_names(expression, self.blocked))
+
+    @staticmethod
+    def _drop_grouping(query: exp.Select) -> None:
+        query.set("group", None)
+        query.set("having", None)
+
+
+def split_conjuncts(cond: exp.Expression) -> list[exp.Expression]:
+    """`a AND (b AND c)` -> [a, b, c]; parentheses around a conjunction are looked through."""
+    cond = cond.unnest() if isinstance(cond, exp.Paren) else cond
+    if isinstance(cond, exp.And):
+        return split_conjuncts(cond.this) + split_conjuncts(cond.expression)
+    return [cond]
+
+
+def _is_inner(join: exp.Join) -> bool:
+    side = (join.args.get("side") or "").upper()
+    kind = (join.args.get("kind") or "").upper()
+    return not side and kind in ("", "INNER", "CROSS")
+
+
+def needs_grouping(args: list[exp.Expression], query: exp.Select) -> bool:
+    """Do the prompt's arguments aggregate (or window over groups)? Then the input is per group."""
+    for arg in args:
+        if _aggregates(arg):
+            return True
+        if query.args.get("group") is not None and arg.find(exp.Window) is not None:
+            return True
+    return False
+
+
+def _aggregates(expression: exp.Expression) -> bool:
+    """Does `expression` contain an aggregate function that is not a window function?"""
+    return any(agg.find_ancestor(exp.Window) is None for agg in expression.find_all(exp.AggFunc))
+
+
+def _visible_ctes(select: exp.Select) -> list[exp.CTE]:
+    """CTEs `select` may reference: those of enclosing WITH clauses before it, and its own."""
+    chains: list[list[exp.CTE]] = []
+    prev: exp.Expression = select
+    parent = select.parent
+    while parent is not None:
+        if isinstance(parent, exp.With):
+            # `select` is inside one of these CTEs: only the CTEs before that one are visible.
+            ctes = list(parent.expressions)
+            position = next((i for i, c in enumerate(ctes) if c is prev), len(ctes))
+            chains.append(ctes[:position])
+        elif isinstance(parent, exp.Query):
+            with_ = parent.args.get("with_")
+            if with_ is not None and with_ is not prev:
+                chains.append(list(with_.expressions))
+        prev, parent = parent, parent.parent
+    ordered = [cte for chain in reversed(chains) for cte in chain]
+    own = select.args.get("with_")
+    if own is not None:
+        ordered.extend(own.expressions)
+    # Inner definitions shadow outer ones of the same name.
+    by_name: dict[str, exp.CTE] = {}
+    for cte in ordered:
+        by_name.pop(cte.alias.lower(), None)
+        by_name[cte.alias.lower()] = cte
+    return list(by_name.values())
+
+
+def _attach_ctes(query: exp.Select, ctes: list[exp.CTE]) -> exp.Select:
+    """Give `query` the CTEs it (transitively) references, in definition order."""
+    needed: set[str] = set()
+    frontier = [query]
+    by_name = {c.alias.lower(): c for c in ctes}
+    while frontier:
+        current = frontier.pop()
+        for table in current.find_all(exp.Table):
+            name = table.name.lower()
+            if name in by_name and name not in needed and not table.args.get("db"):
+                needed.add(name)
+                frontier.append(by_name[name].this)
+    if not needed:
+        return query
+    chosen = [c.copy() for c in ctes if c.alias.lower() in needed]
+    recursive = any(
+        isinstance(c.parent, exp.With) and c.parent.args.get("recursive") for c in ctes if c.alias.lower() in needed
+    )
+    query.set("with_", exp.With(expressions=chosen, recursive=recursive or None))
+    return query

@@ -1,0 +1,71 @@
+"""Rule: prefetch an AI node's inputs up front, or stream them through the final query?
+
+Prefetch is the default: the distinct inputs are computed once and run as planned batches
+(dedup across the whole input, prefix order, full batches). Streaming — evaluating inside the
+final query one deduplicated batch per vector — wins where DuckDB reads only part of the input:
+a LIMIT without ORDER BY over an AI filter, or a LIMIT over an AI column that nothing sorts or
+groups by. It is also the fallback where a call's rows cannot be derived (outside a SELECT).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sqlglot import exp
+
+from aisql.planner.plan import AINode, Clause, Plan, Strategy
+from aisql.planner.scope import find_bound_call
+
+
+def choose_strategy(plan: Plan) -> Plan:
+    return dataclasses.replace(plan, nodes=tuple(_choose(node) for node in plan.nodes))
+
+
+def _choose(node: AINode) -> AINode:
+    loc = node.location
+    if loc.select is None:
+        return dataclasses.replace(node, strategy=Strategy.STREAMING, note="not inside a SELECT")
+    if loc.clause is Clause.OTHER:
+        return dataclasses.replace(node, strategy=Strategy.STREAMING, note="in a clause whose rows are not derived")
+    if _limit_bounds_rows(node):
+        return dataclasses.replace(
+            node, strategy=Strategy.STREAMING, note="LIMIT bounds the rows: evaluated as DuckDB reads them"
+        )
+    return dataclasses.replace(node, strategy=Strategy.PREFETCH)
+
+
+def _limit_bounds_rows(node: AINode) -> bool:
+    select = node.location.select
+    if select.args.get("limit") is None or select.args.get("distinct") is not None:
+        return False
+    if select.args.get("group") is not None or any(
+        e.find(exp.AggFunc) is not None or e.find(exp.Window) is not None for e in select.expressions
+    ):
+        return False
+    clause = node.location.clause
+    if clause is Clause.WHERE:
+        return select.args.get("order") is None
+    if clause is Clause.SELECT:
+        return not _order_uses_call(select, node.function_name)
+    return False
+
+
+def _order_uses_call(select: exp.Select, function_name: str) -> bool:
+    order = select.args.get("order")
+    if order is None:
+        return False
+    if find_bound_call(order, function_name) is not None:
+        return True
+    using = {}
+    for index, projection in enumerate(select.expressions, start=1):
+        if find_bound_call(projection, function_name) is not None:
+            using[str(index)] = True
+            if projection.alias:
+                using[projection.alias.lower()] = True
+    for key in order.expressions:
+        target = key.this
+        if isinstance(target, exp.Column) and not target.table and target.name.lower() in using:
+            return True
+        if isinstance(target, exp.Literal) and not target.is_string and target.this in using:
+            return True
+    return False

@@ -1,0 +1,45 @@
+"""Rule: give every prefetched node its input relation, with plain filters pushed below it.
+
+Each node may filter its input by the answers of the nodes ordered before it (their bound calls
+are then lookups). The estimate variant assumes no answers at all, so `explain` can count rows
+without running a model. A node whose input cannot be derived streams instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from aisql.planner.inputs import build_input_sql
+from aisql.planner.plan import Plan, Strategy
+from aisql.planner.scope import find_bound_call
+
+
+def derive_inputs(plan: Plan) -> Plan:
+    all_names = {n.function_name.upper() for n in plan.nodes}
+    available: set[str] = set()
+    nodes = []
+    for node in plan.nodes:
+        input_sql, _ = build_input_sql(node, available, all_names)
+        estimate_sql, dropped_in_estimate = build_input_sql(node, set(), all_names)
+        # The estimate over-counts only if it dropped an AI filter that the run applies.
+        upper_bound = dropped_in_estimate and (input_sql is None or estimate_sql != input_sql)
+        depends = tuple(
+            other.id
+            for other in plan.nodes
+            if other.function_name.upper() in available
+            and node.location.select is not None
+            and find_bound_call(node.location.select, other.function_name) is not None
+        )
+        if node.strategy is Strategy.PREFETCH and input_sql is None:
+            node = dataclasses.replace(node, strategy=Strategy.STREAMING, note="input rows not derivable")
+        nodes.append(
+            dataclasses.replace(
+                node,
+                input_sql=input_sql if node.strategy is Strategy.PREFETCH else None,
+                estimate_sql=estimate_sql,
+                estimate_is_upper_bound=upper_bound,
+                depends_on=depends,
+            )
+        )
+        available.add(node.function_name.upper())
+    return dataclasses.replace(plan, nodes=tuple(nodes))
