@@ -1,0 +1,111 @@
+"""The engine interface: token-level requests in, label scores or generations out.
+
+The engine knows nothing of SQL. It turns (instruction, text) into token ids in the model's own
+prompt format, scores label continuations, and decodes greedily. Work is counted in `EngineStats`
+so the executor can report what the model really computed next to what naive execution would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Protocol, Sequence, runtime_checkable
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """Score each label as the continuation of the prompt."""
+
+    prompt_ids: tuple[int, ...]
+    label_ids: tuple[tuple[int, ...], ...]
+
+    def standalone_tokens(self) -> int:
+        """Tokens a one-request-at-a-time engine runs: the prompt once, then each label's tail."""
+        return len(self.prompt_ids) + sum(len(label) - 1 for label in self.label_ids)
+
+
+@dataclass(frozen=True)
+class LabelScores:
+    """log P(label | prompt, the answer is one of the labels), per label, in request order."""
+
+    logprobs: tuple[float, ...]
+
+    @property
+    def best(self) -> int:
+        """Index of the most likely label (the first one on an exact tie)."""
+        best_index, best_value = 0, -math.inf
+        for i, value in enumerate(self.logprobs):
+            if value > best_value:
+                best_index, best_value = i, value
+        return best_index
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class Generation:
+    token_ids: tuple[int, ...]  # generated tokens, without the stop token
+    text: str
+    finish_reason: str  # "stop" (end-of-sequence token) or "length" (max_tokens reached)
+    steps: int  # tokens sampled, including a stop token
+
+    def standalone_tokens(self, request: GenerateRequest) -> int:
+        """Tokens a one-request-at-a-time engine runs: the prompt, then each sampled token but the last."""
+        return len(request.prompt_ids) + max(0, self.steps - 1)
+
+
+@dataclass
+class EngineStats:
+    forward_passes: int = 0
+    computed_tokens: int = 0  # real token positions run through the model
+    padding_tokens: int = 0  # padded positions run alongside them (wasted work)
+    generated_tokens: int = 0
+    score_requests: int = 0
+    generate_requests: int = 0
+
+    def copy(self) -> "EngineStats":
+        return dataclasses.replace(self)
+
+    def since(self, earlier: "EngineStats") -> "EngineStats":
+        return EngineStats(**{f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in dataclasses.fields(self)})
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # what the user asked for ("tiny", an HF id, a path)
+    source: str  # where it was loaded from
+    device: str
+    dtype: str
+    max_context: int
+    fingerprint: str  # identifies the weights and tokenizer (for result caches)
+    is_test_model: bool = False
+    note: str | None = None  # said with every output that used this model
+
+    def label(self) -> str:
+        return f"{self.name} ({self.note})" if self.note else self.name
+
+
+@runtime_checkable
+class Engine(Protocol):
+    info: ModelInfo
+    stats: EngineStats
+
+    def encode_prompt(self, instruction: str, text: str) -> tuple[int, ...]:
+        """Token ids of a prompt in the model's format, ending where the answer starts."""
+
+    def encode_prompts(self, instruction: str, texts: Sequence[str]) -> list[tuple[int, ...]]:
+        """`encode_prompt` for many texts at once (fast tokenizers batch this)."""
+
+    def encode_label(self, label: str) -> tuple[int, ...]:
+        """Token ids of an answer as it follows `encode_prompt`'s ids."""
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[LabelScores]:
+        ...
+
+    def generate(self, requests: Sequence[GenerateRequest]) -> list[Generation]:
+        ...

@@ -1,0 +1,213 @@
+"""Model specs -> engines.
+
+A spec is `tiny` (the offline test model), a local directory holding a transformers checkpoint,
+or a Hugging Face Hub id. With no spec, `AISQL_MODEL` is used, then DEFAULT_MODEL; only that
+default falls back to `tiny` (with a warning) when it cannot be loaded, so a fresh offline
+machine can still run the examples while an explicit choice never silently changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from aisql.engine.base import Engine, ModelInfo
+from aisql.errors import ModelError
+
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+HUB_PROBE_TIMEOUT_S = 3.0
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16
+    max_batch_tokens: int | None = None  # padded tokens per forward pass; default per device
+    max_batch_size: int | None = None
+
+
+def resolve_model_spec(spec: str | None) -> tuple[str, bool]:
+    """(spec to load, whether it is the built-in default)."""
+    if spec:
+        return spec, False
+    env = os.environ.get("AISQL_MODEL")
+    if env:
+        return env, False
+    return DEFAULT_MODEL, True
+
+
+def load_engine(
+    spec: str | None = None,
+    options: EngineOptions = EngineOptions(),
+    warn: Callable[[str], None] | None = None,
+) -> Engine:
+    name, is_default = resolve_model_spec(spec)
+    try:
+        return _load(name, options)
+    except ModelError as err:
+        if not is_default:
+            raise
+        if warn is not None:
+            warn(
+                f"warning: cannot load the default model {name} ({err.message}); "
+                "using the offline test model 'tiny' instead, whose answers are meaningless. "
+                "Pass --model to choose a model."
+            )
+        return _load("tiny", options)
+
+
+def _load(name: str, options: EngineOptions) -> Engine:
+    lowered = name.lower()
+    if lowered == "tiny":
+        from aisql.engine.tiny import NOTE, tiny_model_dir
+
+        directory = tiny_model_dir()
+        return load_hf_directory(directory, name="tiny", options=options, source="built offline", note=NOTE, is_test=True)
+    for prefix in ("vllm:", "openai:"):
+        if lowered.startswith(prefix):
+            raise ModelError(
+                f"model backend {prefix[:-1]!r} is not available in this version of aisql",
+                hint="use a Hugging Face id, a local model directory, or 'tiny'",
+            )
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise ModelError(f"{name} is not a model directory (it has no config.json)")
+        return load_hf_directory(path, name=name, options=options, source=f"local directory {path}")
+    if name.startswith((".", "/", "~")) or os.sep in name.strip("/").replace("/", "", 1):
+        raise ModelError(f"model directory {name} does not exist")
+    if not _HUB_ID.match(name):
+        raise ModelError(
+            f"unknown model {name!r}",
+            hint="use 'tiny', a Hugging Face id such as Qwen/Qwen3-0.6B, or a local model directory",
+        )
+    return _load_from_hub(name, options)
+
+
+def _load_from_hub(repo_id: str, options: EngineOptions) -> Engine:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+    try:
+        directory = snapshot_download(repo_id, local_files_only=True, allow_patterns=patterns)
+        if not (Path(directory) / "config.json").exists():
+            raise LocalEntryNotFoundError("incomplete snapshot")
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError):
+        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+            raise ModelError(f"{repo_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set") from None
+        endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+        if not _reachable(endpoint):
+            raise ModelError(
+                f"{repo_id} is not in the local Hugging Face cache and {endpoint} is unreachable"
+            ) from None
+        try:
+            directory = snapshot_download(repo_id, allow_patterns=patterns)
+        except Exception as err:  # RepositoryNotFoundError, GatedRepoError, HTTP errors
+            raise ModelError(f"cannot download {repo_id} from {endpoint}: {type(err).__name__}: {_first_line(err)}") from None
+    return load_hf_directory(Path(directory), name=repo_id, options=options, source=f"huggingface {repo_id}")
+
+
+def load_hf_directory(
+    directory: Path,
+    *,
+    name: str,
+    options: EngineOptions,
+    source: str,
+    note: str | None = None,
+    is_test: bool = False,
+) -> Engine:
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aisql.engine.hf import HFEngine
+
+    device = _device(options.device)
+    dtype = _dtype(options.dtype, device)
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
+    except Exception as err:
+        raise ModelError(f"cannot load model {name} from {directory}: {type(err).__name__}: {_first_line(err)}") from None
+    model.to(device)
+    config = model.config
+    max_context = int(getattr(config, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 4096))
+    info = ModelInfo(
+        name=name,
+        source=source,
+        device=str(device),
+        dtype=str(dtype).replace("torch.", ""),
+        max_context=max_context,
+        fingerprint=_fingerprint(directory),
+        is_test_model=is_test,
+        note=note,
+    )
+    on_cuda = device.type == "cuda"
+    return HFEngine(
+        model,
+        tokenizer,
+        info,
+        max_batch_tokens=options.max_batch_tokens or (65536 if on_cuda else 16384),
+        max_batch_size=options.max_batch_size or (256 if on_cuda else 64),
+    )
+
+
+def _device(requested: str):
+    import torch
+
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelError("--device cuda was requested but no CUDA device is available")
+    return device
+
+
+def _dtype(requested: str, device):
+    import torch
+
+    if requested == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[requested]
+    except KeyError:
+        raise ModelError(f"unknown dtype {requested!r}", hint="use float32, bfloat16 or float16") from None
+
+
+def _fingerprint(directory: Path) -> str:
+    """Identifies weights + tokenizer: the config and tokenizer files' bytes, the weight files' names and sizes."""
+    digest = hashlib.sha256()
+    for path in sorted(directory.iterdir()):
+        if path.suffix == ".json" or path.name.endswith(".jinja"):
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+        elif path.suffix in (".safetensors", ".bin", ".model"):
+            digest.update(f"{path.name}:{path.stat().st_size}".encode())
+    return digest.hexdigest()[:16]
+
+
+def _reachable(endpoint: str) -> bool:
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=HUB_PROBE_TIMEOUT_S)
+        return True
+    except urllib.error.HTTPError:
+        return True  # it answered
+    except Exception:
+        return False
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
