@@ -1,0 +1,7 @@
+"""Executor: runs plans — DuckDB for the relational part, the engine for AI nodes."""
+
+from aisql.executor.answers import Answer, AnswerStore, MemoryAnswerStore
+from aisql.executor.run import Executor, StatementResult
+from aisql.executor.stats import NodeStats, RunStats
+
+__all__ = ["Answer", "AnswerStore", "Executor", "MemoryAnswerStore", "NodeStats", "RunStats", "StatementResult"]

@@ -1,0 +1,146 @@
+"""One AI node at run time: its answers by argument tuple, how it gets them, and its counts.
+
+Planned mode: `prefetch` evaluates the node's whole input up front; `lookup` serves the final
+query from those answers and evaluates whatever is missing (the streaming strategy, or rows the
+planner could not foresee) as one deduplicated batch per vector. Naive mode: `naive_row` sends
+one prompt per row, no dedup, no store: the reference every optimisation is checked against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import duckdb
+
+from aisql.engine.base import Engine
+from aisql.errors import AisqlError
+from aisql.executor.answers import Answer, AnswerStore
+from aisql.executor.evaluate import evaluate
+from aisql.executor.prompts import PromptSet
+from aisql.executor.stats import NodeStats
+from aisql.executor.tasks import Task, task_for
+from aisql.planner.plan import AINode, Strategy
+
+
+class NodeRuntime:
+    def __init__(
+        self, node: AINode, engine: Callable[[], Engine], store: AnswerStore, lock: threading.RLock
+    ) -> None:
+        self.node = node
+        self.call = node.call
+        self.task: Task = task_for(node.call)
+        self._engine = engine
+        self.store = store
+        self.lock = lock
+        self.values: dict[tuple, Any] = {}  # argument tuple -> SQL value
+        self.seen_texts: set[str] = set()
+        self.stats = NodeStats(node=node.id, function=node.call.describe(), strategy=node.strategy.value)
+
+    # ---- planned --------------------------------------------------------------------------
+    def prefetch(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Evaluate the node's input relation (node.input_sql) as one planned batch."""
+        started = time.perf_counter()
+        table = con.sql(self.node.input_sql).to_arrow_table()
+        columns = [table.column(i).to_pylist() for i in range(self.call.arity)]
+        counts = table.column(self.call.arity).to_pylist()
+        prompts = PromptSet.from_rows(self.call.template, zip(zip(*columns), counts))
+        self.stats.rows_in += prompts.rows_in
+        self._answer(prompts)
+        self.stats.wall_s += time.perf_counter() - started
+
+    @property
+    def engine(self) -> Engine:
+        """Loaded on first need, so SQL errors surface before any model is loaded."""
+        return self._engine()
+
+    def stream_instead(self, reason: str) -> None:
+        self.node = dataclasses.replace(self.node, strategy=Strategy.STREAMING, note=reason)
+        self.stats.strategy = Strategy.STREAMING.value
+
+    def lookup(self, columns: Sequence[list]) -> list:
+        """Values for one vector of argument tuples; evaluates the ones not answered yet."""
+        started = time.perf_counter()
+        rows = list(zip(*columns))
+        missing = PromptSet(self.call.template)
+        for values in rows:
+            if values not in self.values:
+                missing.add(values)
+        if missing.rows_in:
+            streaming = self.node.strategy is Strategy.STREAMING
+            self.stats.rows_in += missing.rows_in
+            if not streaming:
+                self.stats.prompts_late += len(missing.counts)
+            self._answer(missing)
+        out = [None if any(v is None for v in values) else self.values[values] for values in rows]
+        self.stats.wall_s += time.perf_counter() - started
+        return out
+
+    def _answer(self, prompts: PromptSet) -> None:
+        """Fill self.values for every tuple of `prompts`, asking the model only for new texts."""
+        self.stats.prompts_total += prompts.prompts_total
+        new_texts = [t for t in prompts.counts if t not in self.seen_texts]
+        self.stats.prompts_unique += len(new_texts)
+        self.seen_texts.update(new_texts)
+        known: dict[str, Answer] = {}
+        todo: list[str] = []
+        for text in prompts.counts:
+            answer = self.store.get(self.task.signature, text)
+            if answer is None:
+                todo.append(text)
+            else:
+                known[text] = answer
+        self.stats.prompts_cached += sum(1 for t in known if t in new_texts)
+        if todo:
+            with self.lock:
+                before = self.engine.stats.copy()
+                fresh = self._evaluate(todo)
+                self.stats.add_engine(self.engine.stats.since(before))
+            self.store.put_many(self.task.signature, fresh)
+            known.update(fresh)
+            self.stats.prompts_evaluated += len(fresh)
+        for text, count in prompts.counts.items():
+            self.stats.logical_tokens += count * known[text].cost
+        for values, text in prompts.text_of.items():
+            self.values[values] = known[text].value
+
+    def _evaluate(self, texts: list[str]) -> dict[str, Answer]:
+        try:
+            return evaluate(self.engine, self.task, texts)
+        except AisqlError as err:
+            raise self._located(err) from None
+
+    # ---- naive ----------------------------------------------------------------------------
+    def naive_row(self, values: tuple) -> Any:
+        """One row, one prompt, one engine call: no dedup, no batching, no store."""
+        started = time.perf_counter()
+        text = self.call.template.render(values)
+        with self.lock:
+            before = self.engine.stats.copy()
+            try:
+                value, cost = self._naive_answer(text)
+            except AisqlError as err:
+                raise self._located(err) from None
+            self.stats.add_engine(self.engine.stats.since(before))
+        self.stats.rows_in += 1
+        self.stats.prompts_total += 1
+        self.stats.prompts_unique += text not in self.seen_texts
+        self.seen_texts.add(text)
+        self.stats.prompts_evaluated += 1
+        self.stats.logical_tokens += cost
+        self.stats.wall_s += time.perf_counter() - started
+        return value
+
+    def _naive_answer(self, text: str) -> tuple[Any, int]:
+        answers = evaluate(self.engine, self.task, [text])
+        answer = answers[text]
+        return answer.value, answer.cost
+
+    def _located(self, err: AisqlError) -> AisqlError:
+        if err.line is None:
+            err.line, err.col = self.call.line, self.call.col
+        err.message = f"{self.call.spelling}: {err.message}"
+        return err
+

@@ -1,0 +1,105 @@
+"""Run a Plan on a DuckDB connection with an engine.
+
+1. Register one DuckDB function per AI node (lookups in planned mode, per-row calls in naive).
+2. Bind the final statement, so a wrong column fails before any model time is spent.
+3. Planned mode: prefetch each node's input, in plan order (later nodes filter by earlier answers).
+4. Run the final statement in DuckDB; the functions answer from the prefetched results.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from aisql.engine.base import Engine
+from aisql.executor import udf
+from aisql.executor.answers import AnswerStore
+from aisql.executor.duckdb_errors import translate
+from aisql.executor.node_runtime import NodeRuntime
+from aisql.executor.stats import NodeStats
+from aisql.planner.plan import Plan, Strategy
+from aisql.sql.bind import BoundStatement
+from aisql.sql.source import SourceText
+
+
+@dataclass
+class StatementResult:
+    table: pa.Table | None  # None for statements that return no rows
+    nodes: list[NodeStats]
+
+
+class Executor:
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, engine: Callable[[], Engine], store: AnswerStore, *, naive: bool = False
+    ) -> None:
+        """`engine` is called when a prompt first needs the model (so bad SQL fails before loading it)."""
+        self.con = con
+        self.engine = engine
+        self.store = store
+        self.naive = naive
+        self.lock = threading.RLock()
+
+    def run(self, plan: Plan, bound: BoundStatement, source: SourceText) -> StatementResult:
+        if plan.is_relational_only:
+            return StatementResult(self._duckdb(lambda: _fetch(self.con.sql(plan.final_sql)), bound, source), [])
+        errors = udf.UdfErrors()
+        runtimes = [NodeRuntime(node, self.engine, self.store, self.lock) for node in plan.nodes]
+        for runtime in runtimes:
+            udf.register(self.con, runtime, self.naive, errors)
+        try:
+            self._duckdb(lambda: _bind_check(self.con, plan), bound, source, errors)
+            if not self.naive:
+                for runtime in runtimes:
+                    if runtime.node.strategy is Strategy.PREFETCH:
+                        self._prefetch(runtime, bound, source, errors)
+            table = self._duckdb(lambda: _fetch(self.con.sql(plan.final_sql)), bound, source, errors)
+        finally:
+            for runtime in runtimes:
+                udf.unregister(self.con, runtime)
+        if self.naive:
+            for runtime in runtimes:
+                runtime.stats.strategy = "naive"
+        return StatementResult(table, [r.stats for r in runtimes])
+
+    def _prefetch(self, runtime: NodeRuntime, bound: BoundStatement, source: SourceText, errors: udf.UdfErrors) -> None:
+        """Evaluate a node's input up front; if DuckDB cannot bind the derived input (the final
+        statement did bind), the node streams instead: slower, never wrong."""
+        try:
+            runtime.prefetch(self.con)
+        except duckdb.BinderException as err:
+            if errors.first is not None:
+                raise errors.first from None
+            runtime.stream_instead(f"input rows not derivable ({str(err).splitlines()[0]})")
+        except duckdb.Error as err:
+            if errors.first is not None:
+                raise errors.first from None
+            raise translate(err, bound, source) from None
+
+    def _duckdb(self, action, bound: BoundStatement, source: SourceText, errors: udf.UdfErrors | None = None):
+        try:
+            return action()
+        except duckdb.Error as err:
+            if errors is not None and errors.first is not None:
+                raise errors.first from None
+            raise translate(err, bound, source) from None
+
+
+def _bind_check(con: duckdb.DuckDBPyConnection, plan: Plan) -> None:
+    """Bind (not run) the query part of the final statement: `con.sql` on a query only binds."""
+    ast = plan.final_ast
+    if isinstance(ast, exp.Query):
+        con.sql(plan.final_sql)
+        return
+    inner = ast.args.get("expression")  # CREATE TABLE ... AS <query>, INSERT INTO ... <query>
+    if isinstance(inner, exp.Query):
+        con.sql(inner.sql(dialect="duckdb"))
+
+
+def _fetch(relation) -> pa.Table | None:
+    return None if relation is None else relation.to_arrow_table()
+

@@ -1,0 +1,74 @@
+"""Run statistics: what naive execution would have done next to what was done.
+
+Counts are exact, not estimates: `prompts_total` and `logical_tokens` count every input row the
+way row-by-row execution would send it; `computed_tokens` is what the model actually ran.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from aisql.engine.base import EngineStats
+
+
+@dataclass
+class NodeStats:
+    node: str
+    function: str
+    strategy: str
+    rows_in: int = 0  # rows reaching the call, NULL arguments included
+    prompts_total: int = 0  # rows with a prompt: what naive execution sends
+    prompts_unique: int = 0  # distinct prompt texts among them
+    prompts_cached: int = 0  # distinct prompts already answered (by another node of this run)
+    prompts_evaluated: int = 0  # distinct prompts sent to the model
+    prompts_late: int = 0  # prompts the final query needed that prefetch did not cover
+    logical_tokens: int = 0  # tokens naive execution would run through the model
+    computed_tokens: int = 0  # tokens actually run through the model (padding excluded)
+    padding_tokens: int = 0
+    forward_passes: int = 0
+    generated_tokens: int = 0
+    wall_s: float = 0.0
+
+    def add_engine(self, delta: EngineStats) -> None:
+        self.computed_tokens += delta.computed_tokens
+        self.padding_tokens += delta.padding_tokens
+        self.forward_passes += delta.forward_passes
+        self.generated_tokens += delta.generated_tokens
+
+
+_SUMMED = (
+    "rows_in",
+    "prompts_total",
+    "prompts_unique",
+    "prompts_cached",
+    "prompts_evaluated",
+    "prompts_late",
+    "logical_tokens",
+    "computed_tokens",
+    "padding_tokens",
+    "forward_passes",
+    "generated_tokens",
+)
+
+
+@dataclass
+class RunStats:
+    model: str
+    model_note: str | None
+    mode: str  # "planned" | "naive"
+    nodes: list[NodeStats] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def totals(self) -> dict[str, int]:
+        return {key: sum(getattr(n, key) for n in self.nodes) for key in _SUMMED}
+
+    def to_dict(self) -> dict:
+        data = {"model": self.model, "model_note": self.model_note, "mode": self.mode}
+        data.update(self.totals())
+        data["wall_s"] = round(self.wall_s, 4)
+        data["nodes"] = [{**asdict(n), "wall_s": round(n.wall_s, 4)} for n in self.nodes]
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)

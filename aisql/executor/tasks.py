@@ -1,0 +1,57 @@
+"""What each AI function asks the model, independent of any particular model.
+
+A Task turns an AI call into an instruction (placed first, so every prompt of the call shares it
+as a prefix), the user's rendered prompt, and either labels to score or a token budget. It also
+converts the engine's answer into the SQL value of the call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from aisql.sql.calls import AICall, AIKind
+
+IF_LABELS = ("TRUE", "FALSE")
+IF_INSTRUCTION = (
+    "You are a careful data analyst. Decide whether the statement about the data is true. "
+    "Answer TRUE or FALSE only."
+)
+CLASSIFY_INSTRUCTION = (
+    "You are a careful data analyst. Classify the input into exactly one of these categories: {labels}. "
+    "Answer with the category only."
+)
+GENERATE_INSTRUCTION = "You are a helpful assistant. Answer concisely."
+
+
+@dataclass(frozen=True)
+class Task:
+    kind: AIKind
+    instruction: str
+    labels: tuple[str, ...] = ()
+    max_tokens: int | None = None
+
+    @property
+    def signature(self) -> str:
+        """Two calls with the same signature give the same answer to the same prompt text."""
+        payload = "\x1f".join([self.kind.value, self.instruction, *self.labels, str(self.max_tokens)])
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    @property
+    def scores_labels(self) -> bool:
+        return self.kind is not AIKind.GENERATE
+
+    def value_of_label(self, index: int):
+        """SQL value for the winning label: BOOLEAN for IF, the label text for CLASSIFY."""
+        if self.kind is AIKind.IF:
+            return index == 0
+        return self.labels[index]
+
+
+def task_for(call: AICall) -> Task:
+    if call.kind is AIKind.IF:
+        return Task(AIKind.IF, IF_INSTRUCTION, IF_LABELS)
+    if call.kind is AIKind.CLASSIFY:
+        listed = ", ".join(repr(label) for label in call.labels)
+        return Task(AIKind.CLASSIFY, CLASSIFY_INSTRUCTION.format(labels=listed), call.labels)
+    return Task(AIKind.GENERATE, GENERATE_INSTRUCTION, max_tokens=call.max_tokens)

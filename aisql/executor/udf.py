@@ -1,0 +1,66 @@
+"""Adapters between DuckDB's scalar function calls and NodeRuntime.
+
+Planned mode registers vectorised Arrow functions: DuckDB hands over a vector of argument tuples
+(NULL rows never arrive: DuckDB answers NULL for them itself) and gets the answers back. Naive
+mode registers row-at-a-time native functions. Exceptions raised inside are kept so the executor
+can re-raise the original error instead of DuckDB's wrapper around it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+import duckdb
+import pyarrow as pa
+
+from aisql.executor.node_runtime import NodeRuntime
+from aisql.sql.calls import AIKind
+
+_ARROW_TYPES = {AIKind.IF: pa.bool_(), AIKind.CLASSIFY: pa.string(), AIKind.GENERATE: pa.string()}
+
+
+class UdfErrors:
+    """The first exception raised inside a registered function during a statement."""
+
+    def __init__(self) -> None:
+        self.first: BaseException | None = None
+
+    def guard(self, fn: Callable, arity: int) -> Callable:
+        def wrapper(*args):
+            try:
+                return fn(*args)
+            except BaseException as err:  # noqa: BLE001 - re-raised by the executor
+                if self.first is None:
+                    self.first = err
+                raise
+
+        # DuckDB checks the Python function's parameter count against the SQL signature.
+        wrapper.__signature__ = inspect.Signature(
+            [inspect.Parameter(f"arg{i}", inspect.Parameter.POSITIONAL_ONLY) for i in range(arity)]
+        )
+        return wrapper
+
+
+def register(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime, naive: bool, errors: UdfErrors) -> None:
+    call = runtime.call
+    params = [duckdb.sqltype("VARCHAR")] * call.arity
+    returns = duckdb.sqltype(call.kind.sql_type)
+    if naive:
+        fn = errors.guard(lambda *values: runtime.naive_row(values), call.arity)
+        con.create_function(call.function_name, fn, params, returns, type="native", side_effects=True)
+        return
+    arrow_type = _ARROW_TYPES[call.kind]
+
+    def lookup(*arrays):
+        columns = [array.to_pylist() for array in arrays]
+        return pa.array(runtime.lookup(columns), type=arrow_type)
+
+    con.create_function(call.function_name, errors.guard(lookup, call.arity), params, returns, type="arrow", side_effects=False)
+
+
+def unregister(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime) -> None:
+    try:
+        con.remove_function(runtime.call.function_name)
+    except Exception:  # already gone (e.g. the connection was closed)
+        pass
