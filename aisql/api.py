@@ -1,0 +1,188 @@
+"""The Python API: a DuckDB connection with an engine and an answer store.
+
+    con = aisql.connect(model="tiny")
+    con.register("customers", "examples/data/customers.csv")
+    result = con.run("SELECT name FROM customers WHERE AI.IF(PROMPT('{profile} likes hiking'))")
+    result.table      # pyarrow.Table
+    result.stats      # RunStats: prompts, tokens, time per AI node
+
+The CLI is a thin layer over this module.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import duckdb
+import pyarrow as pa
+
+from aisql.engine.base import Engine, ModelInfo
+from aisql.engine.loader import EngineOptions, load_engine, resolve_model_spec
+from aisql.errors import DataError
+from aisql.executor.answers import AnswerStore, MemoryAnswerStore
+from aisql.executor.estimate import InputEstimate, estimate_input
+from aisql.executor.run import Executor
+from aisql.executor.stats import RunStats
+from aisql.planner import Plan, plan_statement
+from aisql.planner.explain import plan_to_dict, plans_tree
+from aisql.sql.bind import BoundStatement, bind_statement
+from aisql.sql.parse import parse_script
+from aisql.sql.source import SourceText
+
+_RUNS = itertools.count(1)
+_READERS = {
+    ".csv": "read_csv_auto",
+    ".tsv": "read_csv_auto",
+    ".txt": "read_csv_auto",
+    ".parquet": "read_parquet",
+    ".json": "read_json_auto",
+    ".jsonl": "read_json_auto",
+    ".ndjson": "read_json_auto",
+}
+
+
+@dataclass
+class QueryResult:
+    table: pa.Table | None  # the last statement's rows (None if it returned none)
+    stats: RunStats
+    model: ModelInfo | None  # None when the script had no AI calls
+
+
+@dataclass
+class Explanation:
+    plans: list[Plan]
+    estimates: dict[str, InputEstimate] = field(default_factory=dict)
+
+    def tree(self):
+        return plans_tree(self.plans, self.estimates)
+
+    def to_dict(self) -> dict:
+        return {"statements": [plan_to_dict(p, self.estimates) for p in self.plans]}
+
+
+class Connection:
+    def __init__(
+        self,
+        database: str | None = None,
+        *,
+        model: str | None = None,
+        engine: Engine | None = None,
+        engine_options: EngineOptions = EngineOptions(),
+        store: AnswerStore | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        try:
+            self.duckdb = duckdb.connect(database or ":memory:")
+        except duckdb.Error as err:
+            raise DataError(f"cannot open database {database}: {str(err).splitlines()[0]}") from None
+        self._model_spec = model
+        self._engine = engine
+        self._engine_options = engine_options
+        self._warn = warn
+        self.store: AnswerStore = store if store is not None else MemoryAnswerStore()
+
+    # ---- setup ----------------------------------------------------------------------------
+    @property
+    def engine(self) -> Engine:
+        """The engine, loaded on first use (scripts without AI calls never load a model)."""
+        if self._engine is None:
+            self._engine = load_engine(self._model_spec, self._engine_options, warn=self._warn)
+        return self._engine
+
+    def register(self, name: str, data) -> None:
+        """Make `data` queryable as `name`: a file path (CSV/Parquet/JSON) or an Arrow/pandas object."""
+        if isinstance(data, (str, os.PathLike)):
+            self.duckdb.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(name)} AS {file_scan_sql(data)}")
+        else:
+            self.duckdb.register(name, data)
+
+    def add_file_search_path(self, directories: Sequence[str | os.PathLike]) -> None:
+        """Resolve relative file paths in queries against these directories too (DuckDB's file_search_path)."""
+        dirs = [str(Path(d).resolve()) for d in directories]
+        current = self.duckdb.execute("SELECT current_setting('file_search_path')").fetchone()[0]
+        merged = [p for p in (current or "").split(",") if p] + [d for d in dirs if d]
+        self.duckdb.execute("SET file_search_path = ?", [",".join(dict.fromkeys(merged))])
+
+    # ---- running --------------------------------------------------------------------------
+    def run(self, sql_text: str, *, naive: bool = False) -> QueryResult:
+        """Run every statement of `sql_text`; the result is the last one that returned rows."""
+        started = time.perf_counter()
+        source = SourceText(sql_text)
+        prepared = self._prepare(source)
+        executor = Executor(self.duckdb, lambda: self.engine, self.store, naive=naive)
+        nodes = []
+        table = None
+        for bound, plan in prepared:
+            result = executor.run(plan, bound, source)
+            nodes.extend(result.nodes)
+            if result.table is not None:
+                table = result.table
+        info = self._engine.info if self._engine is not None and nodes else None
+        stats = RunStats(
+            model=info.name if info else resolve_model_spec(self._model_spec)[0],
+            model_note=info.note if info else None,
+            mode="naive" if naive else "planned",
+            nodes=nodes,
+            wall_s=time.perf_counter() - started,
+        )
+        return QueryResult(table=table, stats=stats, model=info)
+
+    def explain(self, sql_text: str) -> Explanation:
+        """Plans of every statement, with input counts per AI node from DuckDB (no model runs)."""
+        source = SourceText(sql_text)
+        prepared = self._prepare(source)
+        explanation = Explanation(plans=[plan for _, plan in prepared])
+        for _, plan in prepared:
+            for node in plan.nodes:
+                explanation.estimates[node.id] = estimate_input(self.duckdb, node)
+        return explanation
+
+    def _prepare(self, source: SourceText) -> list[tuple[BoundStatement, Plan]]:
+        """Parse, bind and plan every statement before anything runs, so errors come first."""
+        prepared = []
+        calls_so_far = 0
+        for statement in parse_script(source):
+            bound = bind_statement(
+                statement, source, function_prefix=f"__aisql_{next(_RUNS)}_", first_call_number=calls_so_far + 1
+            )
+            calls_so_far += len(bound.calls)
+            prepared.append((bound, plan_statement(bound)))
+        return prepared
+
+    def close(self) -> None:
+        self.duckdb.close()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def connect(database: str | None = None, *, model: str | None = None, **options) -> Connection:
+    """Open an aisql connection (in-memory DuckDB unless `database` names a file)."""
+    engine_options = EngineOptions(**{k: options.pop(k) for k in list(options) if k in EngineOptions.__dataclass_fields__})
+    return Connection(database, model=model, engine_options=engine_options, **options)
+
+
+def file_scan_sql(path: str | os.PathLike) -> str:
+    """SELECT over a data file, by its suffix, with a clear error if it does not exist."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise DataError(f"file not found: {path}")
+    reader = _READERS.get(path.suffix.lower())
+    if reader is None:
+        raise DataError(
+            f"cannot tell the format of {path}: expected one of {', '.join(sorted(_READERS))}",
+        )
+    literal = str(path).replace("'", "''")
+    return f"SELECT * FROM {reader}('{literal}')"
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

@@ -1,0 +1,209 @@
+"""`aisql` command line: run and explain AI-SQL queries. A thin layer over aisql.api.
+
+Data goes to stdout (or --output); everything for people — notes, warnings, the run summary,
+errors — goes to stderr, so `aisql run q.sql --format csv > out.csv` is always clean data.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from aisql import __version__
+from aisql.errors import AisqlError, DataError
+
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _handle_errors(fn):
+    """Print AisqlErrors as one clear message and exit 1; --debug shows the traceback instead."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        debug = kwargs.get("debug") or os.environ.get("AISQL_DEBUG") == "1"
+        try:
+            return fn(*args, **kwargs)
+        except AisqlError as err:
+            if debug:
+                raise
+            stderr.print(f"[bold red]error:[/bold red] {_escape(err.located())}")
+            if err.hint:
+                stderr.print(f"[dim]hint: {_escape(err.hint)}[/dim]")
+            sys.exit(1)
+        except KeyboardInterrupt:
+            stderr.print("[bold red]interrupted[/bold red]")
+            sys.exit(130)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as err:  # a bug: say so plainly, keep the details one flag away
+            if debug:
+                raise
+            stderr.print(f"[bold red]internal error:[/bold red] {type(err).__name__}: {_escape(str(err))}")
+            stderr.print("[dim]run again with --debug to see the traceback, and please report it[/dim]")
+            sys.exit(2)
+
+    return wrapper
+
+
+def _query_source(query_file: str | None, sql: str | None) -> tuple[str, Path | None]:
+    if query_file and sql:
+        raise AisqlError("give either a QUERY_FILE or -e SQL, not both")
+    if sql:
+        return sql, None
+    if not query_file:
+        raise AisqlError("no query: give a QUERY_FILE or -e SQL", hint="e.g. aisql run examples/hot_leads.sql")
+    path = Path(query_file)
+    if not path.is_file():
+        raise DataError(f"query file not found: {query_file}")
+    try:
+        return path.read_text(encoding="utf-8"), path.parent
+    except UnicodeDecodeError as err:
+        raise DataError(f"query file {query_file} is not UTF-8 text (byte {err.start})") from None
+
+
+def _connect(db: str | None, tables: tuple[str, ...], query_dir: Path | None, model: str | None = None, device: str = "auto"):
+    from aisql.api import Connection
+    from aisql.engine.loader import EngineOptions
+
+    if db and not Path(db).parent.exists():
+        raise DataError(f"directory of database {db} does not exist")
+    con = Connection(
+        db,
+        model=model,
+        engine_options=EngineOptions(device=device),
+        warn=lambda message: stderr.print(f"[yellow]{_escape(message)}[/yellow]"),
+    )
+    search = [Path.cwd()] + ([query_dir] if query_dir else [])
+    con.add_file_search_path(search)
+    for spec in tables:
+        name, sep, path = spec.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise AisqlError(f"--table expects NAME=PATH, got {spec!r}")
+        con.register(name.strip(), path.strip())
+    return con
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="aisql")
+def main() -> None:
+    """Run SQL with AI functions (AI.IF, AI.CLASSIFY, AI.GENERATE) over your data, planned for an LLM."""
+
+
+_common = [
+    click.argument("query_file", required=False),
+    click.option("-e", "--execute", "sql", metavar="SQL", help="SQL text instead of a QUERY_FILE."),
+    click.option("--db", metavar="PATH", help="DuckDB database file (default: in-memory)."),
+    click.option("--table", "tables", multiple=True, metavar="NAME=PATH", help="Register a CSV/Parquet/JSON file as a view (repeatable)."),
+    click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors."),
+]
+
+
+def _apply(options):
+    def decorate(fn):
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return decorate
+
+
+@main.command()
+@_apply(_common)
+@click.option("--model", metavar="SPEC", help="'tiny', a Hugging Face id or a model directory (default: $AISQL_MODEL, then Qwen/Qwen3-0.6B).")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("-o", "--output", metavar="PATH", help="Write the result to a .csv, .parquet or .json file.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True, help="How to print the result on stdout.")
+@click.option("--stats-json", metavar="PATH", help="Write run statistics (prompts, tokens, time per AI node) as JSON.")
+@click.option("--naive", is_flag=True, help="Evaluate row by row without any optimisation (the reference).")
+@click.option("--max-rows", default=50, show_default=True, help="Rows to show with --format table.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary or notes on stderr.")
+@_handle_errors
+def run(query_file, sql, db, tables, debug, model, device, output, fmt, stats_json, naive, max_rows, quiet):
+    """Run QUERY_FILE (or -e SQL) and print or write its result."""
+    from aisql.output import check_output_path, print_csv, print_json, print_table, write_table, write_text_atomically
+
+    text, query_dir = _query_source(query_file, sql)
+    if output:
+        check_output_path(output)
+    con = _connect(db, tables, query_dir, model=model, device=device)
+    try:
+        result = con.run(text, naive=naive)
+    finally:
+        con.close()
+    stats = result.stats
+    note = f"model {result.model.name}: {result.model.note}" if result.model and result.model.note else None
+    if stats_json:
+        write_text_atomically(stats_json, stats.to_json() + "\n")
+    table = result.table
+    # The test model's note goes wherever its answers go: under a printed table, else to stderr
+    # (never into CSV/JSON data); even --quiet keeps it.
+    note_under_table = table is not None and not output and fmt == "table"
+    if table is not None:
+        if output:
+            metadata = {"aisql_model": result.model.name} if result.model else {}
+            if note:
+                metadata["aisql_note"] = note
+            write_table(table, output, metadata)
+        elif fmt == "csv":
+            print_csv(table)
+        elif fmt == "json":
+            print_json(table)
+        else:
+            print_table(table, Console(highlight=False), max_rows=max_rows)
+            if note:
+                click.echo(f"note: {note}")
+    if not quiet:
+        _summary(result, output)
+    if note and not note_under_table:
+        stderr.print(f"[yellow]note: {_escape(note)}[/yellow]")
+
+
+@main.command()
+@_apply(_common)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_handle_errors
+def explain(query_file, sql, db, tables, debug, fmt):
+    """Show the plan of QUERY_FILE (or -e SQL) with the input of each AI node; runs no model."""
+    import json
+
+    text, query_dir = _query_source(query_file, sql)
+    con = _connect(db, tables, query_dir)
+    try:
+        explanation = con.explain(text)
+    finally:
+        con.close()
+    if fmt == "json":
+        click.echo(json.dumps(explanation.to_dict(), indent=2))
+    else:
+        Console(highlight=False).print(explanation.tree())
+
+
+def _summary(result, output: str | None) -> None:
+    totals = result.stats.totals()
+    rows = "no rows" if result.table is None else f"{result.table.num_rows:,} rows"
+    where = f" written to {output}" if output and result.table is not None else ""
+    parts = [f"{rows}{where}"]
+    if result.stats.nodes:
+        parts.append(
+            f"AI: {totals['prompts_total']:,} prompts, {totals['prompts_unique']:,} unique, "
+            f"{totals['prompts_evaluated']:,} evaluated"
+        )
+        parts.append(f"tokens computed {totals['computed_tokens']:,} of {totals['logical_tokens']:,} logical")
+    parts.append(f"{result.stats.wall_s:.2f} s")
+    if result.model:
+        parts.append(f"model {result.model.name} on {result.model.device}")
+    stderr.print("[dim]" + _escape(" · ".join(parts)) + "[/dim]")
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

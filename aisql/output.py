@@ -1,0 +1,104 @@
+"""Results out: files by suffix (written atomically), or stdout as a table, CSV or JSON.
+
+Files are written by DuckDB's COPY, so CSV/Parquet/JSON look exactly as DuckDB users expect. The
+target path only ever holds a complete file: we write a temporary file beside it and rename.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+from rich.console import Console
+from rich.table import Table
+
+from aisql.errors import DataError
+
+FILE_FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json"}
+
+
+def check_output_path(path: str | os.PathLike) -> Path:
+    """Fail before any work if the output cannot be written."""
+    target = Path(path)
+    if target.suffix.lower() not in FILE_FORMATS:
+        raise DataError(f"cannot tell the output format of {target}: use a .csv, .parquet or .json file name")
+    if not target.parent.exists():
+        raise DataError(f"output directory {target.parent} does not exist")
+    if target.is_dir():
+        raise DataError(f"output path {target} is a directory")
+    return target
+
+
+def write_table(table: pa.Table, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+    target = check_output_path(path)
+    fmt = FILE_FORMATS[target.suffix.lower()]
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    options = {"csv": "FORMAT csv, HEADER true", "json": "FORMAT json, ARRAY true", "parquet": "FORMAT parquet"}[fmt]
+    if fmt == "parquet" and metadata:
+        pairs = ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in metadata.items())
+        options += f", KV_METADATA {{{pairs}}}"
+    con = duckdb.connect()
+    try:
+        con.register("__aisql_result", table)
+        con.execute(f"COPY __aisql_result TO {_literal(str(temporary))} ({options})")
+        os.replace(temporary, target)
+    except duckdb.Error as err:
+        raise DataError(f"cannot write {target}: {str(err).splitlines()[0]}") from None
+    finally:
+        con.close()
+        if temporary.exists():
+            temporary.unlink()
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    target = Path(path)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, target)
+    except OSError as err:
+        raise DataError(f"cannot write {target}: {err.strerror or err}") from None
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+
+
+def print_table(table: pa.Table, console: Console, *, max_rows: int) -> None:
+    view = Table(show_lines=False)
+    for field in table.schema:
+        numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type) or pa.types.is_decimal(field.type)
+        view.add_column(field.name, justify="right" if numeric else "left", overflow="fold")
+    for row in table.slice(0, max_rows).to_pylist():
+        view.add_row(*["[dim]NULL[/dim]" if v is None else _escape(str(v)) for v in row.values()])
+    console.print(view)
+    if table.num_rows > max_rows:
+        console.print(f"[dim]… {table.num_rows - max_rows} more rows (use --max-rows, --format csv or --output)[/dim]")
+
+
+def print_csv(table: pa.Table) -> None:
+    """CSV on stdout, byte for byte what --output x.csv writes (DuckDB's COPY)."""
+    with tempfile.TemporaryDirectory(prefix="aisql-") as directory:
+        path = Path(directory) / "result.csv"
+        write_table(table, path)
+        sys.stdout.flush()
+        with path.open("rb") as f:
+            shutil.copyfileobj(f, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+
+
+def print_json(table: pa.Table) -> None:
+    sys.stdout.write(json.dumps(table.to_pylist(), default=str, ensure_ascii=False, indent=2) + "\n")
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")
