@@ -1,0 +1,59 @@
+"""Shared fixtures: an isolated cache dir, the tiny model loaded once, connections over example data."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+# Every test process uses its own cache dir (built models, later the result cache), never the user's.
+os.environ.setdefault("AISQL_CACHE_DIR", tempfile.mkdtemp(prefix="aisql-test-cache-"))
+os.environ.pop("AISQL_MODEL", None)
+
+
+@pytest.fixture(scope="session")
+def tiny_engine():
+    from aisql.engine import load_engine
+
+    return load_engine("tiny")
+
+
+@pytest.fixture
+def make_connection(tiny_engine):
+    """Connections sharing the session's tiny engine, with the example tables registered."""
+    from aisql.api import Connection
+
+    opened = []
+
+    def make(**kwargs):
+        kwargs.setdefault("engine", tiny_engine)
+        con = Connection(**kwargs)
+        load_example_tables(con)
+        opened.append(con)
+        return con
+
+    yield make
+    for con in opened:
+        con.close()
+
+
+def load_example_tables(con) -> None:
+    data = EXAMPLES / "data"
+    con.duckdb.execute(f"CREATE TABLE customers AS SELECT * FROM read_csv_auto('{data / 'customers.csv'}')")
+    con.duckdb.execute(f"CREATE TABLE products AS SELECT * FROM read_csv_auto('{data / 'products.csv'}')")
+    con.duckdb.execute(f"CREATE TABLE reviews AS SELECT * FROM read_csv_auto('{data / 'reviews.csv'}')")
+    # A table with NULLs and repeated values, for NULL semantics and dedup.
+    con.duckdb.execute(
+        """
+        CREATE TABLE people AS
+        SELECT id, name, country,
+               CASE WHEN id % 7 = 0 THEN NULL ELSE profile END AS profile,
+               CASE WHEN id % 3 = 0 THEN 'likes hiking' WHEN id % 3 = 1 THEN 'likes cooking' ELSE NULL END AS hobby
+        FROM customers
+        """
+    )

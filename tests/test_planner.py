@@ -1,0 +1,182 @@
+"""Planner rules, no model: node order, strategy, filter order, and input relations vs brute force."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import duckdb
+import pytest
+
+from aisql.planner import Clause, NodeRole, Strategy, plan_statement
+from aisql.planner.rules import order_filters
+from aisql.sql import SourceText, bind_statement, parse_script
+
+
+def plan(sql: str):
+    source = SourceText(sql)
+    (statement,) = parse_script(source)
+    return plan_statement(bind_statement(statement, source, "__p_"))
+
+
+def texts(p):
+    return [n.call.template.text for n in p.nodes]
+
+
+def test_roles_and_clauses():
+    p = plan(
+        "SELECT AI.GENERATE(PROMPT('a {x}')) FROM t JOIN u ON AI.IF(PROMPT('b {t.x} {u.y}')) "
+        "WHERE AI.IF(PROMPT('c {x}')) GROUP BY 1 HAVING AI.IF(PROMPT('d {0}', count(*)))"
+    )
+    by_text = {n.call.template.text: n for n in p.nodes}
+    assert by_text["b {t.x} {u.y}"].role is NodeRole.JOIN
+    assert by_text["c {x}"].role is NodeRole.FILTER and by_text["c {x}"].location.clause is Clause.WHERE
+    assert by_text["d {0}"].location.clause is Clause.HAVING
+    assert by_text["a {x}"].role is NodeRole.PROJECT
+
+
+def test_order_follows_how_rows_flow():
+    p = plan(
+        "WITH w AS (SELECT * FROM t WHERE AI.IF(PROMPT('cte {x}'))) "
+        "SELECT AI.GENERATE(PROMPT('select {x}')) FROM w JOIN u ON AI.IF(PROMPT('join {w.x} {u.y}')) "
+        "WHERE AI.IF(PROMPT('where {x}'))"
+    )
+    assert texts(p) == ["cte {x}", "join {w.x} {u.y}", "where {x}", "select {x}"]
+
+
+def test_nested_call_runs_first_and_aggregates_after_keys():
+    p = plan("SELECT AI.IF(PROMPT('outer {0}', AI.GENERATE(PROMPT('inner {x}')))) FROM t")
+    assert texts(p) == ["inner {x}", "outer {0}"]
+    p = plan("SELECT AI.GENERATE(PROMPT('agg {0}', string_agg(x))), AI.CLASSIFY(PROMPT('key {x}'), ['a', 'b']) FROM t GROUP BY ALL")
+    assert texts(p) == ["key {x}", "agg {0}"]
+
+
+@pytest.mark.parametrize(
+    "sql, strategy",
+    [
+        ("SELECT AI.GENERATE(x) FROM t", Strategy.PREFETCH),
+        ("SELECT AI.GENERATE(x) FROM t LIMIT 3", Strategy.STREAMING),
+        ("SELECT id, AI.GENERATE(x) FROM t ORDER BY id LIMIT 3", Strategy.STREAMING),
+        ("SELECT AI.GENERATE(x) AS g FROM t ORDER BY g LIMIT 3", Strategy.PREFETCH),
+        ("SELECT AI.GENERATE(x) FROM t ORDER BY 1 LIMIT 3", Strategy.PREFETCH),
+        ("SELECT DISTINCT AI.GENERATE(x) FROM t LIMIT 3", Strategy.PREFETCH),
+        ("SELECT x FROM t WHERE AI.IF(x) LIMIT 3", Strategy.STREAMING),
+        ("SELECT x FROM t WHERE AI.IF(x) ORDER BY x LIMIT 3", Strategy.PREFETCH),
+        ("SELECT count(*) FROM t WHERE AI.IF(x) LIMIT 3", Strategy.PREFETCH),
+    ],
+)
+def test_strategy(sql, strategy):
+    (node,) = plan(sql).nodes
+    assert node.strategy is strategy
+
+
+def test_final_filters_follow_plan_order():
+    p = plan("SELECT 1 FROM t WHERE AI.IF(PROMPT('first {x}')) AND y > 1 AND AI.IF(PROMPT('second {x}'))")
+    first, second = (n.function_name.upper() for n in p.nodes)
+    where = p.final_sql.upper().split("WHERE", 1)[1]
+    assert where.index("Y > 1") < where.index(first) < where.index(second)
+    # If a rule evaluates the second predicate first, the final query must ask in that order too.
+    swapped = order_filters(dataclasses.replace(p, nodes=tuple(reversed(p.nodes))))
+    where = swapped.final_sql.upper().split("WHERE", 1)[1]
+    assert where.index("Y > 1") < where.index(second) < where.index(first)
+
+
+def test_later_nodes_filter_by_earlier_answers_and_estimates_drop_them():
+    p = plan("SELECT 1 FROM t WHERE AI.IF(PROMPT('a {x}')) AND AI.IF(PROMPT('b {x}'))")
+    first, second = p.nodes
+    assert second.depends_on == (first.id,)
+    assert first.function_name.upper() in second.input_sql.upper()
+    assert first.function_name.upper() not in (second.estimate_sql or "").upper()
+    assert second.estimate_is_upper_bound and not first.estimate_is_upper_bound
+
+
+# ---- input relations against brute force -------------------------------------------------
+
+T = [(i, f"x{i % 4}", i % 3) for i in range(1, 9)]  # (id, x, g): x repeats, g groups
+U = [(j, f"y{j}", j * 10) for j in range(1, 5)]  # (id, y, price)
+
+
+@pytest.fixture
+def con():
+    c = duckdb.connect()
+    c.execute("CREATE TABLE t AS SELECT * FROM (VALUES " + ",".join(f"({i}, '{x}', {g})" for i, x, g in T) + ") v(id, x, g)")
+    c.execute("CREATE TABLE u AS SELECT * FROM (VALUES " + ",".join(f"({j}, '{y}', {p})" for j, y, p in U) + ") v(id, y, price)")
+    return c
+
+
+def input_tuples(con, sql):
+    p = plan(sql)
+    node = p.nodes[0]
+    rows = con.execute(node.input_sql).fetchall()
+    return {row[:-1]: row[-1] for row in rows}
+
+
+def test_where_input_is_the_rows_passing_the_other_conjuncts(con):
+    got = input_tuples(con, "SELECT id FROM t WHERE id > 2 AND AI.IF(PROMPT('{x}')) AND g <> 1")
+    expected: dict = {}
+    for i, x, g in T:
+        if i > 2 and g != 1:
+            expected[(x,)] = expected.get((x,), 0) + 1
+    assert got == expected
+
+
+def test_inner_join_input_is_the_pairs_passing_all_other_conditions(con):
+    got = input_tuples(
+        con, "SELECT 1 FROM t JOIN u ON u.price > t.id AND AI.IF(PROMPT('{t.x} {u.y}')) WHERE t.g = 0 AND u.id < 4"
+    )
+    expected: dict = {}
+    for (i, x, g), (j, y, price) in itertools.product(T, U):
+        if price > i and g == 0 and j < 4:
+            expected[(x, y)] = expected.get((x, y), 0) + 1
+    assert got == expected
+
+
+def test_left_join_input_keeps_only_left_side_where_conjuncts(con):
+    got = input_tuples(
+        con, "SELECT 1 FROM t LEFT JOIN u ON u.price > 15 AND AI.IF(PROMPT('{t.x} {u.y}')) WHERE t.id <= 5 AND u.id IS NULL"
+    )
+    expected: dict = {}
+    for (i, x, g), (j, y, price) in itertools.product(T, U):
+        if price > 15 and i <= 5:  # u.id IS NULL must not be pushed below the outer join
+            expected[(x, y)] = expected.get((x, y), 0) + 1
+    assert got == expected
+
+
+def test_right_join_input_pushes_no_where(con):
+    got = input_tuples(con, "SELECT 1 FROM t RIGHT JOIN u ON AI.IF(PROMPT('{t.x} {u.y}')) WHERE t.id <= 5")
+    assert sum(got.values()) == len(T) * len(U)
+
+
+def test_select_input_is_the_rows_surviving_where(con):
+    got = input_tuples(con, "SELECT AI.CLASSIFY(x, ['a', 'b']) FROM t WHERE g = 2")
+    expected: dict = {}
+    for i, x, g in T:
+        if g == 2:
+            expected[(x,)] = expected.get((x,), 0) + 1
+    assert got == expected
+
+
+def test_aggregate_prompt_input_is_one_row_per_group(con):
+    got = input_tuples(con, "SELECT g, AI.GENERATE(PROMPT('{0}', string_agg(x, ',' ORDER BY id))) FROM t WHERE id > 1 GROUP BY g")
+    groups: dict = {}
+    for i, x, g in T:
+        if i > 1:
+            groups.setdefault(g, []).append(x)
+    assert got == {(",".join(xs),): 1 for xs in groups.values()}
+
+
+def test_having_input_is_the_groups_passing_other_having_conjuncts(con):
+    got = input_tuples(con, "SELECT g FROM t GROUP BY g HAVING count(*) > 2 AND AI.IF(PROMPT('{0}', max(x)))")
+    groups: dict = {}
+    for i, x, g in T:
+        groups.setdefault(g, []).append(x)
+    expected: dict = {}
+    for xs in groups.values():
+        if len(xs) > 2:
+            expected[(max(xs),)] = expected.get((max(xs),), 0) + 1
+    assert got == expected
+
+
+def test_cte_input_includes_the_cte(con):
+    got = input_tuples(con, "WITH small AS (SELECT * FROM t WHERE id < 4) SELECT AI.GENERATE(x) FROM small")
+    assert sum(got.values()) == 3

@@ -1,0 +1,63 @@
+"""Run statistics are exact: checked against an independent count with DuckDB and the tokenizer."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+from click.testing import CliRunner
+
+from aisql.cli import main
+from aisql.executor.tasks import IF_INSTRUCTION, task_for
+from aisql.sql import SourceText, bind_statement, parse_script
+from conftest import EXAMPLES
+
+
+def test_hot_leads_stats_by_counting(tiny_engine, tmp_path, monkeypatch):
+    monkeypatch.chdir(EXAMPLES.parent)
+    stats_path = tmp_path / "stats.json"
+    result = CliRunner().invoke(
+        main, ["run", "examples/hot_leads.sql", "--model", "tiny", "--stats-json", str(stats_path), "-q", "--format", "csv"]
+    )
+    assert result.exit_code == 0, result.output
+    stats = json.loads(stats_path.read_text())
+
+    con = duckdb.connect()
+    pairs = con.execute(
+        f"""SELECT c.profile, p.description
+            FROM read_csv_auto('{EXAMPLES}/data/customers.csv') c, read_csv_auto('{EXAMPLES}/data/products.csv') p
+            WHERE c.country = 'Germany' AND p.price < 100"""
+    ).fetchall()
+    texts = [f"{profile} might buy this: {description}" for profile, description in pairs]
+    lengths = {t: len(tiny_engine.encode_prompt(IF_INSTRUCTION, t)) for t in set(texts)}
+
+    assert stats["model"] == "tiny" and "meaningless" in stats["model_note"]
+    assert stats["prompts_total"] == len(pairs) == 190
+    assert stats["prompts_unique"] == len(set(texts))
+    assert stats["prompts_evaluated"] == len(set(texts))
+    assert stats["logical_tokens"] == sum(lengths[t] for t in texts)  # TRUE/FALSE are one token each
+    assert stats["computed_tokens"] == sum(lengths.values())
+    assert stats["prompts_unique"] <= stats["prompts_total"]
+    assert stats["computed_tokens"] <= stats["logical_tokens"]
+    (node,) = stats["nodes"]
+    assert node["prompts_total"] == stats["prompts_total"] and node["wall_s"] >= 0
+    assert stats["wall_s"] > 0
+
+
+def test_dedup_counts_with_repeated_values(make_connection, tiny_engine):
+    sql = "SELECT id, AI.CLASSIFY(review, ['positive', 'negative', 'neutral']) AS s FROM reviews"
+    result = make_connection().run(sql)
+    reviews = [r[0] for r in duckdb.connect().execute(f"SELECT review FROM read_csv_auto('{EXAMPLES}/data/reviews.csv')").fetchall()]
+    source = SourceText(sql)
+    (call,) = bind_statement(parse_script(source)[0], source, "__x_").calls
+    task = task_for(call)
+    labels = [tiny_engine.encode_label(l) for l in task.labels]
+    tails = sum(len(l) - 1 for l in labels)
+    cost = {t: len(tiny_engine.encode_prompt(task.instruction, t)) + tails for t in set(reviews)}
+
+    (node,) = result.stats.nodes
+    assert node.prompts_total == len(reviews) == 120
+    assert node.prompts_unique == len(set(reviews)) < 20
+    assert node.logical_tokens == sum(cost[t] for t in reviews)
+    assert node.computed_tokens == sum(cost.values())
+    assert node.computed_tokens * 5 < node.logical_tokens
