@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import traceback
 from pathlib import Path
 
 import click

@@ -114,13 +114,9 @@ class HFEngine:
 
     # ---- scoring ---------------------------------------------------------------------------
     def score(self, requests: Sequence[ScoreRequest]) -> list[LabelScores]:
-        results: list[LabelScores | None] = [None] * len(requests)
-        with self._lock, torch.inference_mode():
-            for batch in self._batches(requests):
-                for index, scores in zip(batch, self._score_batch([requests[i] for i in batch])):
-                    results[index] = scores
+        results = self._run_batches(requests, self._score_batch)
         self.stats.score_requests += len(requests)
-        return results  # type: ignore[return-value]
+        return results
 
     def _score_batch(self, batch: list[ScoreRequest]) -> list[LabelScores]:
         lens = [len(r.prompt_ids) for r in batch]
@@ -181,13 +177,9 @@ class HFEngine:
 
     # ---- generation ------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerateRequest]) -> list[Generation]:
-        results: list[Generation | None] = [None] * len(requests)
-        with self._lock, torch.inference_mode():
-            for batch in self._batches(requests):
-                for index, gen in zip(batch, self._generate_batch([requests[i] for i in batch])):
-                    results[index] = gen
+        results = self._run_batches(requests, self._generate_batch)
         self.stats.generate_requests += len(requests)
-        return results  # type: ignore[return-value]
+        return results
 
     def _generate_batch(self, batch: list[GenerateRequest]) -> list[Generation]:
         lens = [len(r.prompt_ids) for r in batch]
@@ -249,6 +241,15 @@ class HFEngine:
         return torch.argmax(logits, dim=-1)
 
     # ---- shared mechanics ------------------------------------------------------------------
+    def _run_batches(self, requests: Sequence, run_batch) -> list:
+        """Results in request order, computed batch by batch (one engine user at a time)."""
+        results: list = [None] * len(requests)
+        with self._lock, torch.inference_mode():
+            for batch in self._batches(requests):
+                for index, result in zip(batch, run_batch([requests[i] for i in batch])):
+                    results[index] = result
+        return results
+
     def _prefill(self, prompts: Sequence[Sequence[int]], cache) -> torch.Tensor:
         """Right-padded forward pass over prompts; returns hidden states [B, L, H]."""
         width = max(len(p) for p in prompts)

@@ -124,7 +124,6 @@ def load_hf_directory(
     note: str | None = None,
     is_test: bool = False,
 ) -> Engine:
-    import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
