@@ -151,3 +151,11 @@ def test_console_script_runs_the_example(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("customer,product,price")
     assert json.loads(stats.read_text())["prompts_total"] == 190
+
+
+def test_non_utf8_csv_names_file_and_reason(tmp_path):
+    data = tmp_path / "latin1.csv"
+    data.write_bytes(b"id,text\n1,caf\xe9\n2,ok\n")
+    result = run_cli("run", "-e", f"SELECT AI.IF(text) FROM '{data}'", "--model", "tiny")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert str(data) in result.stderr and "not utf-8 encoded" in result.stderr

@@ -23,6 +23,8 @@ _TABLE = re.compile(r"Table with name (\S+) does not exist", re.IGNORECASE)
 def translate(err: duckdb.Error, bound: BoundStatement, source: SourceText) -> AisqlError:
     lines = [line for line in str(err).splitlines() if line.strip()]
     first = lines[0] if lines else type(err).__name__
+    if "CSV Error" in first:
+        return _csv_error(first, lines)
     hint = next((line.strip() for line in lines[1:] if line.startswith(("Candidate", "Did you mean"))), None)
     first = _strip_internal(first)
     kind = BindError if isinstance(err, (duckdb.BinderException, duckdb.CatalogException)) else DataError
@@ -44,6 +46,18 @@ def translate(err: duckdb.Error, bound: BoundStatement, source: SourceText) -> A
     if isinstance(err, duckdb.IOException):
         return DataError(first, hint=hint)
     return kind(first, hint=hint)
+
+
+def _csv_error(first: str, lines: list[str]) -> AisqlError:
+    """DuckDB's CSV reader explains itself over many lines: keep the file, the reason, one remedy."""
+    path = next((line.split("=", 1)[1].strip() for line in lines if line.strip().startswith("file =")), None)
+    reason = next(
+        (line.strip() for line in lines[1:] if not line.startswith(("Original Line", "Possible Solution", "  "))),
+        "",
+    )
+    remedy = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Possible Solution")), None)
+    where = f" in {path}" if path else ""
+    return DataError(f"{first.replace('Invalid Input Error: ', '')}{where}: {reason}".rstrip(": "), hint=remedy)
 
 
 def _named_identifier(message: str) -> str | None:
