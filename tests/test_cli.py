@@ -159,3 +159,14 @@ def test_non_utf8_csv_names_file_and_reason(tmp_path):
     result = run_cli("run", "-e", f"SELECT AI.IF(text) FROM '{data}'", "--model", "tiny")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert str(data) in result.stderr and "not utf-8 encoded" in result.stderr
+
+
+def test_plain_file_paths_and_read_parquet_in_from(tmp_path):
+    parquet = tmp_path / "customers.parquet"
+    converted = run_cli("run", "-e", f"COPY (SELECT * FROM 'examples/data/customers.csv') TO '{parquet}'")
+    assert converted.exit_code == 0, converted.output
+    sql = "SELECT count(*) AS n FROM {src} WHERE id <= 10 AND AI.IF(PROMPT('{{profile}} likes tea'))"
+    from_csv = run_cli("run", "-e", sql.format(src="'examples/data/customers.csv'"), "--model", "tiny", "--format", "json", "-q")
+    from_parquet = run_cli("run", "-e", sql.format(src=f"read_parquet('{parquet}')"), "--model", "tiny", "--format", "json", "-q")
+    assert from_csv.exit_code == from_parquet.exit_code == 0, from_csv.output + from_parquet.output
+    assert json.loads(from_csv.stdout) == json.loads(from_parquet.stdout)
