@@ -1,0 +1,107 @@
+"""Radix KV cache invariants, checked on random operation sequences (hypothesis).
+
+Fake KV tensors hold the token ids themselves, so every split and gather can be checked for
+content: the KV read back for a prefix must spell exactly that prefix.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aisql.engine.radix import RadixCache
+
+LAYERS = 2
+BYTES_PER_TOKEN = 16
+
+
+def fake_kv(tokens) -> list:
+    t = torch.tensor(tokens, dtype=torch.float32).view(1, -1, 1)
+    return [(t.clone(), t.clone() + 0.5) for _ in range(LAYERS)]
+
+
+def spelled(kv) -> list[int]:
+    return [int(x) for x in kv[0][0][0, :, 0].tolist()]
+
+
+def check_invariants(cache: RadixCache) -> None:
+    used = 0
+    for node in cache.nodes():
+        if node.kv is not None:
+            used += len(node.tokens) * BYTES_PER_TOKEN
+            assert spelled(node.kv) == list(node.tokens)
+            # Path-closed: a cached node's ancestors are cached.
+            parent = node.parent
+            while not parent.is_root:
+                assert parent.kv is not None
+                parent = parent.parent
+        for first, child in node.children.items():
+            assert child.tokens[0] == first and child.start == node.end
+    assert used == cache.used_bytes <= cache.budget_bytes
+
+
+prompts = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=1, max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(prompts=prompts, budget_tokens=st.integers(0, 60), data=st.data())
+def test_insert_store_match_evict(prompts, budget_tokens, data):
+    cache = RadixCache(budget_bytes=budget_tokens * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
+    for prompt in prompts:
+        chain = cache.insert_path(prompt)
+        assert [t for n in chain for t in n.tokens] == prompt
+        pinned = data.draw(st.booleans())
+        if pinned:
+            cache.pin([n for n in chain if n.kv is not None])
+        before = {id(n) for n in cache.nodes() if n.kv is not None and n.pins}
+        for node in chain:
+            if node.kv is None and not cache.store(node, fake_kv(node.tokens)):
+                break
+        # Pinned KV is never evicted.
+        assert before <= {id(n) for n in cache.nodes() if n.kv is not None}
+        if pinned:
+            cache.unpin([n for n in chain if n.pins])
+        check_invariants(cache)
+        # The longest cached prefix: read back, it spells the prompt's beginning.
+        node, length = cache.match(prompt)
+        if length:
+            assert spelled(cache.gather(node, length)) == prompt[:length]
+        # Splits by later inserts keep earlier KV intact.
+        for other in prompts:
+            node, length = cache.match(other)
+            if length:
+                assert spelled(cache.gather(node, length)) == other[:length]
+    cache.evict(cache.used_bytes)
+    assert cache.used_bytes == 0 and all(n.kv is None for n in cache.nodes())
+
+
+def test_eviction_prefers_low_value_then_least_recent():
+    cache = RadixCache(budget_bytes=6 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
+    shared, old, new = cache.insert_path([1, 2]), cache.insert_path([1, 2, 3, 4]), cache.insert_path([1, 2, 5, 6])
+    for node in shared + old[1:] + new[1:]:
+        assert cache.store(node, fake_kv(node.tokens))
+    cache.touch(new[-1])
+    shared[0].pending = 3  # the running call still needs [1, 2]
+    # Storing two more tokens evicts the least recently used leaf, never the pending prefix.
+    extra = cache.insert_path([1, 2, 7, 8])
+    assert cache.store(extra[-1], fake_kv(extra[-1].tokens))
+    assert old[-1].kv is None and new[-1].kv is not None and shared[0].kv is not None
+    assert cache.stats.evicted_bytes == 2 * BYTES_PER_TOKEN
+
+
+def test_recomputing_an_evicted_node_is_regret():
+    cache = RadixCache(budget_bytes=100 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
+    (node,) = cache.insert_path([1, 2, 3])
+    cache.record_computed(node)
+    cache.store(node, fake_kv(node.tokens))
+    cache.evict(cache.used_bytes)
+    cache.record_computed(node)
+    assert cache.stats.regret_tokens == 3
+
+
+def test_a_node_too_big_for_the_budget_is_not_stored():
+    cache = RadixCache(budget_bytes=2 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
+    (node,) = cache.insert_path([1, 2, 3])
+    assert not cache.store(node, fake_kv(node.tokens))
+    assert cache.used_bytes == 0
