@@ -61,18 +61,34 @@ class Generation:
 
 @dataclass
 class EngineStats:
+    """Cumulative counters of an engine; `since` gives the work between two snapshots."""
+
     forward_passes: int = 0
-    computed_tokens: int = 0  # real token positions run through the model
+    computed_tokens: int = 0  # token positions run through the model and kept (prefill + decode)
     padding_tokens: int = 0  # padded positions run alongside them (wasted work)
+    kv_hit_tokens: int = 0  # prompt tokens read from the prefix cache instead of computed
+    kv_regret_tokens: int = 0  # tokens computed although they had been computed before
+    kv_evicted_bytes: int = 0
     generated_tokens: int = 0
+    decode_passes: int = 0  # forward passes of the decode loop (tokens per pass = generated / passes)
+    draft_tokens: int = 0  # speculative tokens proposed and verified
+    draft_accepted_tokens: int = 0  # of those, equal to the model's own greedy choice
     score_requests: int = 0
     generate_requests: int = 0
+    peak_kv_bytes: int = 0  # high-water mark of the prefix cache (not a counter)
+    kv_cached_bytes: int = 0  # prefix cache size now (not a counter)
+
+    _LEVELS = ("peak_kv_bytes", "kv_cached_bytes")
 
     def copy(self) -> "EngineStats":
         return dataclasses.replace(self)
 
     def since(self, earlier: "EngineStats") -> "EngineStats":
-        return EngineStats(**{f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in dataclasses.fields(self)})
+        values = {}
+        for f in dataclasses.fields(self):
+            now = getattr(self, f.name)
+            values[f.name] = now if f.name in self._LEVELS else now - getattr(earlier, f.name)
+        return EngineStats(**values)
 
 
 @dataclass(frozen=True)
@@ -85,6 +101,7 @@ class ModelInfo:
     fingerprint: str  # identifies the weights and tokenizer (for result caches)
     is_test_model: bool = False
     note: str | None = None  # said with every output that used this model
+    quantization: str | None = None  # opt-in weight quantization, if any
 
     def label(self) -> str:
         return f"{self.name} ({self.note})" if self.note else self.name
@@ -104,8 +121,10 @@ class Engine(Protocol):
     def encode_label(self, label: str) -> tuple[int, ...]:
         """Token ids of an answer as it follows `encode_prompt`'s ids."""
 
-    def score(self, requests: Sequence[ScoreRequest]) -> list[LabelScores]:
-        ...
+    def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:
+        """Label scores per request. `reuse=False`: no prefix cache (the naive reference)."""
 
-    def generate(self, requests: Sequence[GenerateRequest]) -> list[Generation]:
-        ...
+    def generate(
+        self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True
+    ) -> list[Generation]:
+        """Greedy continuations. `speculative` drafts from the context; the output is the same."""

@@ -1,33 +1,29 @@
 """HFEngine: a transformers causal LM run in-process with torch, on CPU or CUDA.
 
-Scoring is one batched forward pass over the prompts (right-padded: padding sits after every
-real token, so causal attention never lets a real position see it and no mask is needed). Only
-the output-head rows of each request's label tokens are multiplied at the last prompt position.
-Labels longer than one token continue from the prompts' KV cache in a second pass, so a prompt is
-computed once however many labels it has. Generation is batched greedy decoding over the same
-cache, dropping finished rows as they stop.
+Requests go through the radix KV cache: shared prompt prefixes are computed once (and kept for
+later calls), each request runs only its own tail against them, in batches. Scoring needs one
+forward pass per batch of yes/no questions and multiplies only the label rows of the output head;
+labels longer than one token continue from the batch's cache. Generation decodes greedily on the
+same cache, with prompt-lookup speculation (lossless) on by default.
+
+`reuse=False` runs every request from scratch, one prompt's tokens at a time, no tree reads or
+writes: the naive reference (its repeated tokens still show up as KV regret).
 """
 
 from __future__ import annotations
 
-import inspect
 import threading
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import torch
 
-from aisql.engine.base import (
-    EngineStats,
-    GenerateRequest,
-    Generation,
-    LabelScores,
-    ModelInfo,
-    ScoreRequest,
-)
+from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelInfo, ScoreRequest
+from aisql.engine.model_runner import BatchOutput, ModelRunner
+from aisql.engine.prompt_format import PromptFormat
+from aisql.engine.radix import RadixCache
+from aisql.engine.scheduler import Scheduler, Work
+from aisql.engine.speculative import NgramIndex, SpeculationConfig, accepted_length
 from aisql.errors import ModelError
-
-PLAIN_FORMAT = "{instruction}\n\n{text}\n\nAnswer:"
-_SENTINEL = "\u0000AISQL_TEXT\u0000"
 
 
 class HFEngine:
@@ -39,136 +35,112 @@ class HFEngine:
         *,
         max_batch_tokens: int = 16384,
         max_batch_size: int = 64,
+        kv_budget_bytes: int = 1 << 30,
+        prefix_cache: bool = True,
+        speculation: SpeculationConfig | None = SpeculationConfig(),
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.info = info
         self.stats = EngineStats()
-        self.max_batch_tokens = max_batch_tokens
-        self.max_batch_size = max_batch_size
-        self.decoder = model.get_decoder()
-        self.lm_head = model.get_output_embeddings()
-        params = inspect.signature(self.decoder.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
-        self.device = next(model.parameters()).device
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.format = PromptFormat(tokenizer)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.runner = ModelRunner(model, self.stats, pad_id)
+        self.device = self.runner.device
+        self.prefix_cache = prefix_cache and self.runner.supports_prefix_cache
+        self.radix = RadixCache(
+            kv_budget_bytes if self.prefix_cache else 0,
+            max(1, self.runner.bytes_per_token),
+            self.runner.recompute_cost,
+        )
+        self.scheduler = Scheduler(self.radix, max_batch_tokens, 4 * max_batch_tokens, max_batch_size)
+        self.speculation = speculation
+        # Where drafts come from: prompt lookup by default (tests inject an oracle here).
+        self.drafter = lambda tokens: NgramIndex(self.speculation, tokens)
         self.stop_ids = _stop_ids(model, tokenizer)
-        self.uses_chat_template = bool(getattr(tokenizer, "chat_template", None))
         self._lock = threading.RLock()
-        self._formats: dict[str, tuple[str, str] | None] = {}
-        config = model.config
-        self._softcap = getattr(config, "final_logit_softcapping", None)
-        self._logit_scale = getattr(config, "logit_scale", None)
-        self._logits_scaling = getattr(config, "logits_scaling", None)
 
     # ---- prompt format ---------------------------------------------------------------------
+    @property
+    def uses_chat_template(self) -> bool:
+        return self.format.uses_chat_template
+
     def encode_prompt(self, instruction: str, text: str) -> tuple[int, ...]:
-        return self.encode_prompts(instruction, [text])[0]
+        return self.format.encode_prompts(instruction, [text])[0]
 
     def encode_prompts(self, instruction: str, texts: Sequence[str]) -> list[tuple[int, ...]]:
-        if not texts:
-            return []
-        rendered = self._render(instruction, texts)
-        add_special = not self.uses_chat_template
-        encoded = self.tokenizer(rendered, add_special_tokens=add_special)["input_ids"]
-        return [tuple(ids) for ids in encoded]
+        return self.format.encode_prompts(instruction, texts)
 
     def encode_label(self, label: str) -> tuple[int, ...]:
-        text = label if self.uses_chat_template else " " + label
-        ids = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        ids = self.format.encode_label(label)
         if not ids:
             raise ModelError(f"label {label!r} encodes to no tokens")
         return ids
 
-    def _render(self, instruction: str, texts: Sequence[str]) -> list[str]:
-        """Full prompt strings. A chat template is rendered once with a sentinel and split, when
-        it reproduces the text verbatim (checked), instead of once per prompt."""
-        if not self.uses_chat_template:
-            return [PLAIN_FORMAT.format(instruction=instruction, text=t) for t in texts]
-        if instruction not in self._formats:
-            self._formats[instruction] = self._split_format(instruction)
-        fmt = self._formats[instruction]
-        if fmt is None:
-            return [self._apply_chat(instruction, t) for t in texts]
-        before, after = fmt
-        return [before + t + after for t in texts]
-
-    def _split_format(self, instruction: str) -> tuple[str, str] | None:
-        rendered = self._apply_chat(instruction, _SENTINEL)
-        if rendered.count(_SENTINEL) != 1:
-            return None
-        before, after = rendered.split(_SENTINEL)
-        probe = "Probe text, with  spaces\nand lines. "
-        if self._apply_chat(instruction, probe) != before + probe + after:
-            return None
-        return before, after
-
-    def _apply_chat(self, instruction: str, text: str) -> str:
-        messages = [{"role": "system", "content": instruction}, {"role": "user", "content": text}]
-        kwargs = dict(tokenize=False, add_generation_prompt=True, enable_thinking=False)
-        try:
-            return self.tokenizer.apply_chat_template(messages, **kwargs)
-        except Exception:  # templates without a system role
-            merged = [{"role": "user", "content": f"{instruction}\n\n{text}"}]
-            return self.tokenizer.apply_chat_template(merged, **kwargs)
-
     # ---- scoring ---------------------------------------------------------------------------
-    def score(self, requests: Sequence[ScoreRequest]) -> list[LabelScores]:
-        results = self._run_batches(requests, self._score_batch)
+    def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:
+        results: list[LabelScores | None] = [None] * len(requests)
+        with self._lock, torch.inference_mode():
+            reuse = reuse and self.prefix_cache
+            chains = self.scheduler.admit([r.prompt_ids for r in requests])
+            try:
+                if reuse:
+                    self._compute_shared(chains)
+                works = [self.scheduler.leaf_work(i, r.prompt_ids, chains[i], reuse) for i, r in enumerate(requests)]
+                for batch in self.scheduler.batches(works):
+                    scores = self._score_batch(batch, [requests[w.index] for w in batch], reuse)
+                    for work, value in zip(batch, scores):
+                        results[work.index] = value
+            finally:
+                self.scheduler.release(chains)
+                self._sync_cache_stats()
         self.stats.score_requests += len(requests)
-        return results
+        return results  # type: ignore[return-value]
 
-    def _score_batch(self, batch: list[ScoreRequest]) -> list[LabelScores]:
-        lens = [len(r.prompt_ids) for r in batch]
-        needs_tail = any(len(label) > 1 for r in batch for label in r.label_ids)
-        cache = self._new_cache() if needs_tail else None
-        hidden = self._prefill([r.prompt_ids for r in batch], cache)
-        last = hidden[torch.arange(len(batch), device=self.device), torch.tensor(lens, device=self.device) - 1]
+    def _score_batch(self, batch: list[Work], requests: list[ScoreRequest], reuse: bool) -> list[LabelScores]:
+        needs_tail = any(len(label) > 1 for r in requests for label in r.label_ids)
+        out = self._run(batch, keep_cache=needs_tail or reuse, store=reuse)
+        rows = torch.arange(len(batch), device=self.device)
+        last = out.hidden[rows, torch.tensor(out.lengths, device=self.device) - 1]
 
-        # First label token: only those rows of the output head (the softmax normaliser at this
-        # position is the same for every label of a request, so it cancels).
-        width = max(len(r.label_ids) for r in batch)
+        # First label token: only those rows of the output head. The softmax normaliser at this
+        # position is the same for every label of a request, so it cancels.
+        width = max(len(r.label_ids) for r in requests)
         first = torch.zeros((len(batch), width), dtype=torch.long, device=self.device)
-        for b, r in enumerate(batch):
+        for b, r in enumerate(requests):
             first[b, : len(r.label_ids)] = torch.tensor([label[0] for label in r.label_ids], device=self.device)
-        weights = self.lm_head.weight[first]  # [B, K, H]
-        first_logits = torch.einsum("bkh,bh->bk", weights.float(), last.float())
-        if getattr(self.lm_head, "bias", None) is not None:
-            first_logits = first_logits + self.lm_head.bias[first].float()
-        first_logits = self._postprocess_logits(first_logits)
-
-        tails = self._score_tails(batch, lens, cache) if needs_tail else {}
-        out = []
-        for b, r in enumerate(batch):
-            values = first_logits[b, : len(r.label_ids)].clone()
+        first_logits = self.runner.label_logits(last, first)
+        tails = self._score_tails(requests, out) if needs_tail else {}
+        scores = []
+        for b, r in enumerate(requests):
+            values = first_logits[b, : len(r.label_ids)].double().clone()
             for k in range(len(r.label_ids)):
                 values[k] += tails.get((b, k), 0.0)
-            out.append(LabelScores(tuple(torch.log_softmax(values.double(), dim=0).tolist())))
-        return out
+            scores.append(LabelScores(tuple(torch.log_softmax(values, dim=0).tolist())))
+        return scores
 
-    def _score_tails(self, batch: list[ScoreRequest], lens: list[int], cache) -> dict[tuple[int, int], float]:
-        """log P(label[1:] | prompt, label[0]) for labels longer than one token, from the prompts' cache."""
-        rows = [(b, k, label) for b, r in enumerate(batch) for k, label in enumerate(r.label_ids) if len(label) > 1]
-        prompt_width = max(lens)
+    def _score_tails(self, requests: list[ScoreRequest], out: BatchOutput) -> dict[tuple[int, int], float]:
+        """log P(label[1:] | prompt, label[0]) for labels longer than one token, from the batch cache."""
+        rows = [(b, k, label) for b, r in enumerate(requests) for k, label in enumerate(r.label_ids) if len(label) > 1]
+        slots = out.mask.shape[1]
         tails: dict[tuple[int, int], float] = {}
-        for chunk in self._row_chunks(rows, prompt_width):
+        for chunk in _chunks(rows, max(1, self.scheduler.max_cache_tokens // (slots + 8))):
             sources = torch.tensor([b for b, _, _ in chunk], device=self.device)
-            sub_cache = self._select_cache(cache, sources)
+            cache = self.runner.select_cache(out.cache, sources)
             width = max(len(label) - 1 for _, _, label in chunk)
-            ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long, device=self.device)
-            mask = torch.zeros((len(chunk), prompt_width + width), dtype=torch.long, device=self.device)
+            ids = torch.full((len(chunk), width), self.runner.pad_id, dtype=torch.long, device=self.device)
+            mask = torch.cat([out.mask[sources], torch.zeros((len(chunk), width), dtype=torch.long, device=self.device)], 1)
             positions = torch.zeros((len(chunk), width), dtype=torch.long, device=self.device)
             for r, (b, _, label) in enumerate(chunk):
-                tail = label[:-1]
-                ids[r, : len(tail)] = torch.tensor(tail, device=self.device)
-                mask[r, : lens[b]] = 1
-                mask[r, prompt_width : prompt_width + len(tail)] = 1
-                positions[r] = torch.arange(lens[b], lens[b] + width, device=self.device)
-            hidden = self._forward(ids, sub_cache, attention_mask=mask, position_ids=positions)
+                ids[r, : len(label) - 1] = torch.tensor(label[:-1], device=self.device)
+                mask[r, slots : slots + len(label) - 1] = 1
+                start = out.prefix_lengths[b] + out.lengths[b]
+                positions[r] = torch.arange(start, start + width, device=self.device)
+            hidden = self.runner.forward(ids, cache, attention_mask=mask, position_ids=positions)
             real = sum(len(label) - 1 for _, _, label in chunk)
             self.stats.computed_tokens += real
             self.stats.padding_tokens += len(chunk) * width - real
-            logprobs = torch.log_softmax(self._postprocess_logits(self.lm_head(hidden).float()), dim=-1)
+            logprobs = torch.log_softmax(self.runner.logits(hidden), dim=-1)
             for r, (b, k, label) in enumerate(chunk):
                 targets = torch.tensor(label[1:], device=self.device)
                 steps = torch.arange(len(label) - 1, device=self.device)
@@ -176,56 +148,104 @@ class HFEngine:
         return tails
 
     # ---- generation ------------------------------------------------------------------------
-    def generate(self, requests: Sequence[GenerateRequest]) -> list[Generation]:
-        results = self._run_batches(requests, self._generate_batch)
+    def generate(
+        self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True
+    ) -> list[Generation]:
+        results: list[Generation | None] = [None] * len(requests)
+        with self._lock, torch.inference_mode():
+            reuse = reuse and self.prefix_cache
+            chains = self.scheduler.admit([r.prompt_ids for r in requests])
+            try:
+                if reuse:
+                    self._compute_shared(chains)
+                works = [self.scheduler.leaf_work(i, r.prompt_ids, chains[i], reuse) for i, r in enumerate(requests)]
+                room = [requests[w.index].max_tokens for w in works]
+                for batch in self.scheduler.batches(works, room):
+                    batch_requests = [requests[w.index] for w in batch]
+                    generations = self._generate_batch(batch, batch_requests, reuse, speculative)
+                    for work, generation in zip(batch, generations):
+                        results[work.index] = generation
+            finally:
+                self.scheduler.release(chains)
+                self._sync_cache_stats()
         self.stats.generate_requests += len(requests)
-        return results
+        return results  # type: ignore[return-value]
 
-    def _generate_batch(self, batch: list[GenerateRequest]) -> list[Generation]:
-        lens = [len(r.prompt_ids) for r in batch]
-        prompt_width = max(lens)
-        cache = self._new_cache()
-        hidden = self._prefill([r.prompt_ids for r in batch], cache)
-        last = hidden[torch.arange(len(batch), device=self.device), torch.tensor(lens, device=self.device) - 1]
-        next_tokens = self._greedy(last)
+    def _generate_batch(
+        self, batch: list[Work], requests: list[GenerateRequest], reuse: bool, speculative: bool
+    ) -> list[Generation]:
+        out = self._run(batch, keep_cache=True, store=reuse)
+        cache, mask = out.cache, out.mask
+        rows = torch.arange(len(batch), device=self.device)
+        last = out.hidden[rows, torch.tensor(out.lengths, device=self.device) - 1]
+        next_tokens = torch.argmax(self.runner.logits(last), dim=-1).tolist()
 
-        prompt_mask = torch.zeros((len(batch), prompt_width), dtype=torch.long, device=self.device)
-        for b, n in enumerate(lens):
-            prompt_mask[b, :n] = 1
+        config = self.speculation if speculative and self.speculation is not None else None
+        positions = [out.prefix_lengths[b] + out.lengths[b] for b in range(len(batch))]
         outputs: list[list[int]] = [[] for _ in batch]
-        finish: list[str | None] = [None] * len(batch)
         steps = [0] * len(batch)
+        finish: list[str | None] = [None] * len(batch)
+        indexes = [self.drafter(list(r.prompt_ids)) for r in requests] if config else None
         active = list(range(len(batch)))
-        step = 0
+        pending = {b: [next_tokens[b]] for b in active}  # model-chosen tokens not yet emitted
+
         while True:
+            # Emit the model's tokens, stopping rows at an end token or at max_tokens.
             still = []
-            for row, b in enumerate(active):
-                token = int(next_tokens[row])
-                steps[b] += 1
-                if token in self.stop_ids:
-                    finish[b] = "stop"
-                    continue
-                outputs[b].append(token)
-                if len(outputs[b]) >= batch[b].max_tokens:
-                    finish[b] = "length"
-                    continue
-                still.append(row)
-            self.stats.generated_tokens += len(active)
+            feeds = {}
+            for b in active:
+                for token in pending[b]:
+                    steps[b] += 1
+                    if token in self.stop_ids:
+                        finish[b] = "stop"
+                        break
+                    outputs[b].append(token)
+                    if len(outputs[b]) >= requests[b].max_tokens:
+                        finish[b] = "length"
+                        break
+                if finish[b] is None:
+                    still.append(b)
+                    feeds[b] = outputs[b][-1]
+                    if indexes:
+                        indexes[b].extend(pending[b])
             if not still:
                 break
-            keep = torch.tensor(still, device=self.device)
             if len(still) != len(active):
+                keep = torch.tensor([active.index(b) for b in still], device=self.device)
                 cache.batch_select_indices(keep)
-            active = [active[row] for row in still]
-            feed = next_tokens[keep].unsqueeze(1)
-            mask = torch.cat(
-                [prompt_mask[active], torch.ones((len(active), step + 1), dtype=torch.long, device=self.device)], dim=1
-            )
-            positions = torch.tensor([[lens[b] + step] for b in active], device=self.device)
-            hidden = self._forward(feed, cache, attention_mask=mask, position_ids=positions)
-            self.stats.computed_tokens += len(active)
-            next_tokens = self._greedy(hidden[:, -1])
-            step += 1
+                mask = mask[keep]
+            active = still
+            drafts = {}
+            for b in active:
+                limit = requests[b].max_tokens - len(outputs[b]) - 1
+                drafts[b] = indexes[b].propose(limit) if indexes else []
+            width = 1 + max(len(drafts[b]) for b in active)
+            ids = torch.full((len(active), width), self.runner.pad_id, dtype=torch.long, device=self.device)
+            new_mask = torch.zeros((len(active), width), dtype=torch.long, device=self.device)
+            position_ids = torch.zeros((len(active), width), dtype=torch.long, device=self.device)
+            for row, b in enumerate(active):
+                fed = [feeds[b]] + drafts[b]
+                ids[row, : len(fed)] = torch.tensor(fed, device=self.device)
+                new_mask[row, : len(fed)] = 1
+                position_ids[row] = torch.arange(positions[b], positions[b] + width, device=self.device)
+            mask = torch.cat([mask, new_mask], dim=1)
+            hidden = self.runner.forward(ids, cache, attention_mask=mask, position_ids=position_ids)
+            greedy = torch.argmax(self.runner.logits(hidden), dim=-1).tolist()
+            for row, b in enumerate(active):
+                draft = drafts[b]
+                accepted = accepted_length(draft, greedy[row])
+                # Slots of rejected draft tokens hold KV of tokens that are not in the sequence.
+                mask[row, mask.shape[1] - width + 1 + accepted :] = 0
+                pending[b] = draft[:accepted] + [greedy[row][accepted]]
+                positions[b] += 1 + accepted
+                self.stats.computed_tokens += 1 + accepted
+                self.stats.draft_tokens += len(draft)
+                self.stats.draft_accepted_tokens += accepted
+                self.stats.padding_tokens += width - 1 - len(draft)
+                if indexes:
+                    indexes[b].feedback(len(draft), accepted)
+            self.stats.decode_passes += 1
+        self.stats.generated_tokens += sum(steps)
         return [
             Generation(
                 token_ids=tuple(outputs[b]),
@@ -236,87 +256,51 @@ class HFEngine:
             for b in range(len(batch))
         ]
 
-    def _greedy(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = self._postprocess_logits(self.lm_head(hidden).float())
-        return torch.argmax(logits, dim=-1)
-
     # ---- shared mechanics ------------------------------------------------------------------
-    def _run_batches(self, requests: Sequence, run_batch) -> list:
-        """Results in request order, computed batch by batch (one engine user at a time)."""
-        results: list = [None] * len(requests)
-        with self._lock, torch.inference_mode():
-            for batch in self._batches(requests):
-                for index, result in zip(batch, run_batch([requests[i] for i in batch])):
-                    results[index] = result
-        return results
+    def _compute_shared(self, chains) -> None:
+        """Compute and store every prefix the call's requests share, top-down."""
+        for level in self.scheduler.shared_levels(chains):
+            for batch in self.scheduler.batches(level):
+                self._run(batch, keep_cache=True, store=True, requests=False)
 
-    def _prefill(self, prompts: Sequence[Sequence[int]], cache) -> torch.Tensor:
-        """Right-padded forward pass over prompts; returns hidden states [B, L, H]."""
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long, device=self.device)
-        for b, p in enumerate(prompts):
-            ids[b, : len(p)] = torch.tensor(p, device=self.device)
-        real = sum(len(p) for p in prompts)
-        self.stats.computed_tokens += real
-        self.stats.padding_tokens += len(prompts) * width - real
-        return self._forward(ids, cache)
+    def _run(self, batch: list[Work], keep_cache: bool, store: bool, requests: bool = True) -> BatchOutput:
+        """One forward pass over the batch's rows, storing the KV of the nodes they computed.
 
-    def _forward(self, ids: torch.Tensor, cache, attention_mask=None, position_ids=None) -> torch.Tensor:
-        kwargs = {self._cache_kwarg: cache, "use_cache": cache is not None}
-        if attention_mask is not None:
-            kwargs["attention_mask"] = attention_mask
-        if position_ids is not None:
-            kwargs["position_ids"] = position_ids
-        self.stats.forward_passes += 1
-        return self.decoder(input_ids=ids, **kwargs).last_hidden_state
+        `requests`: the rows are requests' own rows, so their cached prefixes count as hits (rows
+        that fill the cache with shared prefixes do not)."""
+        prefixes = [n for w in batch for n in w.row.prefix.path()]
+        self.radix.pin(prefixes)
+        try:
+            out = self.runner.run([w.row for w in batch], self.radix, keep_cache)
+            for b, work in enumerate(batch):
+                if requests:
+                    self.stats.kv_hit_tokens += work.row.prefix_len
+                if work.row.prefix_len < work.row.prefix.end:  # re-ran the end of a cached node
+                    self.radix.record_computed(work.row.prefix, work.row.prefix.end - work.row.prefix_len)
+                for node in work.nodes:
+                    self.radix.record_computed(node)
+                if store:
+                    for node in work.nodes:
+                        if node.kv is None:
+                            start = work.offset_of(node)
+                            kv = self.runner.new_kv(out, b, start, start + len(node.tokens))
+                            if not self.radix.store(node, kv):
+                                break
+            return out
+        finally:
+            self.radix.unpin(prefixes)
 
-    def _postprocess_logits(self, logits: torch.Tensor) -> torch.Tensor:
-        """Model-specific logit transforms that HF applies after the output head."""
-        if self._logit_scale is not None:
-            logits = logits * self._logit_scale
-        if self._logits_scaling is not None:
-            logits = logits / self._logits_scaling
-        if self._softcap is not None:
-            logits = torch.tanh(logits / self._softcap) * self._softcap
-        return logits
+    def _sync_cache_stats(self) -> None:
+        stats = self.radix.stats
+        self.stats.kv_regret_tokens = stats.regret_tokens
+        self.stats.kv_evicted_bytes = stats.evicted_bytes
+        self.stats.peak_kv_bytes = max(self.stats.peak_kv_bytes, stats.peak_bytes)
+        self.stats.kv_cached_bytes = self.radix.used_bytes
 
-    def _new_cache(self):
-        from transformers import DynamicCache
 
-        return DynamicCache(config=self.model.config)
-
-    def _select_cache(self, cache, rows: torch.Tensor):
-        """A new cache holding `rows` of `cache` (rows may repeat); `cache` is left intact."""
-        selected = self._new_cache()
-        for layer_index, layer in enumerate(cache.layers):
-            selected.update(layer.keys[rows], layer.values[rows], layer_index)
-        return selected
-
-    def _batches(self, requests: Sequence) -> Iterable[list[int]]:
-        """Consecutive runs of requests whose padded size fits the batch budget (order kept)."""
-        batch: list[int] = []
-        width = 0
-        for index, request in enumerate(requests):
-            n = len(request.prompt_ids)
-            extra = getattr(request, "max_tokens", 0)
-            new_width = max(width, n + extra)
-            if batch and (len(batch) >= self.max_batch_size or new_width * (len(batch) + 1) > self.max_batch_tokens):
-                yield batch
-                batch, new_width = [], n + extra
-            batch.append(index)
-            width = new_width
-        if batch:
-            yield batch
-
-    def _row_chunks(self, rows: list, prompt_width: int) -> Iterable[list]:
-        chunk: list = []
-        for row in rows:
-            if chunk and (len(chunk) + 1) * (prompt_width + len(row[2])) > self.max_batch_tokens:
-                yield chunk
-                chunk = []
-            chunk.append(row)
-        if chunk:
-            yield chunk
+def _chunks(items: list, size: int):
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def _stop_ids(model, tokenizer) -> frozenset[int]:

@@ -1,0 +1,63 @@
+"""Prompts in a model's own format: its chat template when it has one, a plain framing otherwise.
+
+Every prompt of an AI call is (fixed instruction, varying text). The instruction goes first — as
+the system message — so all prompts of a call share it as a token prefix. A chat template is
+rendered once per instruction with a sentinel and split around it (checked to reproduce the
+template verbatim), instead of once per prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+PLAIN_FORMAT = "{instruction}\n\n{text}\n\nAnswer:"
+_SENTINEL = "\u0000AISQL_TEXT\u0000"
+
+
+class PromptFormat:
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.uses_chat_template = bool(getattr(tokenizer, "chat_template", None))
+        self._split: dict[str, tuple[str, str] | None] = {}
+
+    def encode_prompts(self, instruction: str, texts: Sequence[str]) -> list[tuple[int, ...]]:
+        if not texts:
+            return []
+        rendered = self.render(instruction, texts)
+        encoded = self.tokenizer(rendered, add_special_tokens=not self.uses_chat_template)["input_ids"]
+        return [tuple(ids) for ids in encoded]
+
+    def encode_label(self, label: str) -> tuple[int, ...]:
+        """Token ids of an answer as it follows the prompt (after a space in the plain framing)."""
+        text = label if self.uses_chat_template else " " + label
+        return tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def render(self, instruction: str, texts: Sequence[str]) -> list[str]:
+        if not self.uses_chat_template:
+            return [PLAIN_FORMAT.format(instruction=instruction, text=t) for t in texts]
+        if instruction not in self._split:
+            self._split[instruction] = self._split_template(instruction)
+        split = self._split[instruction]
+        if split is None:
+            return [self._apply_chat(instruction, t) for t in texts]
+        before, after = split
+        return [before + t + after for t in texts]
+
+    def _split_template(self, instruction: str) -> tuple[str, str] | None:
+        rendered = self._apply_chat(instruction, _SENTINEL)
+        if rendered.count(_SENTINEL) != 1:
+            return None
+        before, after = rendered.split(_SENTINEL)
+        probe = "Probe text, with  spaces\nand lines. "
+        if self._apply_chat(instruction, probe) != before + probe + after:
+            return None
+        return before, after
+
+    def _apply_chat(self, instruction: str, text: str) -> str:
+        messages = [{"role": "system", "content": instruction}, {"role": "user", "content": text}]
+        kwargs = dict(tokenize=False, add_generation_prompt=True, enable_thinking=False)
+        try:
+            return self.tokenizer.apply_chat_template(messages, **kwargs)
+        except Exception:  # templates without a system role
+            merged = [{"role": "user", "content": f"{instruction}\n\n{text}"}]
+            return self.tokenizer.apply_chat_template(merged, **kwargs)

@@ -1,0 +1,119 @@
+"""Which tokens run in which forward pass: shared prefixes once, then one row per request.
+
+For a list of requests the scheduler puts every prompt into the radix tree (as structure) and
+counts how many of the call's requests pass through each node. Nodes shared by two or more
+requests and not cached yet are computed first, top-down, each from its deepest cached ancestor,
+and stored. Then each request runs only the tokens after its deepest cached ancestor. Rows are
+grouped into batches under a token budget, keeping the callers' order (prefix order, from the
+planner), so rows of one batch mostly share their prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from aisql.engine.model_runner import Row
+from aisql.engine.radix import RadixCache, RadixNode
+
+
+@dataclass
+class Work:
+    row: Row
+    nodes: list[RadixNode]  # nodes whose tokens the row computes in full, in path order
+    index: int = -1  # request index, for leaf work
+
+    def offset_of(self, node: RadixNode) -> int:
+        """Where `node`'s tokens start among the row's new tokens."""
+        return node.start - self.row.prefix_len
+
+
+class Scheduler:
+    def __init__(self, radix: RadixCache, max_batch_tokens: int, max_cache_tokens: int, max_batch_size: int) -> None:
+        self.radix = radix
+        self.max_batch_tokens = max_batch_tokens
+        self.max_cache_tokens = max_cache_tokens
+        self.max_batch_size = max_batch_size
+
+    def admit(self, prompts: Sequence[Sequence[int]]) -> list[list[RadixNode]]:
+        # Insert everything first: a later prompt may split a node on an earlier prompt's path,
+        # so chains are read only once the tree has all branch points (this pass creates nothing).
+        for prompt in prompts:
+            self.radix.insert_path(prompt)
+        chains = [self.radix.insert_path(p) for p in prompts]
+        for chain in chains:
+            for node in chain:
+                node.pending += 1
+                node.uses += 1
+        return chains
+
+    def release(self, chains: Sequence[list[RadixNode]]) -> None:
+        for chain in chains:
+            for node in chain:
+                node.pending -= 1
+            if chain:
+                self.radix.touch(chain[-1])
+
+    def shared_levels(self, chains: Sequence[list[RadixNode]]) -> Iterator[list[Work]]:
+        """Rows computing the shared, uncached nodes, one tree level at a time (parents first).
+
+        Generated lazily: a level's rows start from whatever the previous levels managed to store.
+        """
+        by_depth: dict[int, dict[int, RadixNode]] = {}
+        for chain in chains:
+            for depth, node in enumerate(chain):
+                if node.pending >= 2 and node.kv is None:
+                    by_depth.setdefault(depth, {})[id(node)] = node
+        for depth in sorted(by_depth):
+            works = []
+            for node in by_depth[depth].values():
+                if node.kv is not None:
+                    continue
+                anchor = self._cached_ancestor(node)
+                covered = node.path()[len(anchor.path()) :]
+                tokens = [t for n in covered for t in n.tokens]
+                works.append(Work(Row(anchor, anchor.end, tokens), covered))
+            if works:
+                yield works
+
+    def leaf_work(self, index: int, prompt: Sequence[int], chain: list[RadixNode], reuse: bool) -> Work:
+        """The row of one request: the tokens after its deepest cached ancestor (at least one,
+        since the last position's hidden state is what scoring and decoding need)."""
+        anchor = self.radix.deepest_cached(chain) if reuse else self.radix.root
+        prefix_len = min(anchor.end, len(prompt) - 1)
+        covered = [n for n in chain if n.start >= prefix_len]
+        return Work(Row(anchor, prefix_len, list(prompt[prefix_len:])), covered, index)
+
+    def batches(self, works: Sequence[Work], extra_tokens: Sequence[int] | None = None) -> Iterator[list[Work]]:
+        """Consecutive works whose padded batch fits the budgets (`extra_tokens`: decode room per work)."""
+        batch: list[Work] = []
+        prefix_width = span = extra = 0
+        for position, work in enumerate(works):
+            more = extra_tokens[position] if extra_tokens is not None else 0
+            new_prefix = max(prefix_width, work.row.prefix_len)
+            new_span = max(span, len(work.row.tokens))
+            new_extra = max(extra, more)
+            size = len(batch) + 1
+            over = batch and (
+                size > self.max_batch_size
+                or size * new_span > self.max_batch_tokens
+                or size * (new_prefix + new_span + new_extra) > self.max_cache_tokens
+            )
+            if over:
+                yield batch
+                batch, new_prefix, new_span, new_extra = [], work.row.prefix_len, len(work.row.tokens), more
+            batch.append(work)
+            prefix_width, span, extra = new_prefix, new_span, new_extra
+        if batch:
+            yield batch
+
+    @staticmethod
+    def _cached_ancestor(node: RadixNode) -> RadixNode:
+        """Deepest ancestor of `node` whose whole path is cached."""
+        chain = node.path()[:-1]
+        best = chain[0].parent if chain else node.parent
+        for ancestor in chain:
+            if ancestor.kv is None:
+                break
+            best = ancestor
+        return best
