@@ -29,8 +29,12 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?
 class EngineOptions:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16
-    max_batch_tokens: int | None = None  # padded tokens per forward pass; default per device
+    max_batch_tokens: int | None = None  # padded new tokens per forward pass; default per device
     max_batch_size: int | None = None
+    kv_budget: int | None = None  # bytes for the prefix KV cache; default from free memory
+    prefix_cache: bool = True
+    speculative: bool = True  # prompt-lookup speculative decoding (lossless)
+    quantize: str | None = None  # None | "int8" (CPU) | "fp8" (weights) | "bf16" (weights)
 
 
 def resolve_model_spec(spec: str | None) -> tuple[str, bool]:
@@ -139,26 +143,64 @@ def load_hf_directory(
     except Exception as err:
         raise ModelError(f"cannot load model {name} from {directory}: {type(err).__name__}: {_first_line(err)}") from None
     model.to(device)
+    quantization = None
+    if options.quantize:
+        from aisql.engine.quantize import quantize_model
+
+        quantization = quantize_model(model, options.quantize, device)
     config = model.config
     max_context = int(getattr(config, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 4096))
+    notes = [n for n in (note, quantization and quantization.note) if n]
+    fingerprint = _fingerprint(directory) + (f"+{options.quantize}" if options.quantize else "")
     info = ModelInfo(
         name=name,
         source=source,
         device=str(device),
         dtype=str(dtype).replace("torch.", ""),
         max_context=max_context,
-        fingerprint=_fingerprint(directory),
+        fingerprint=fingerprint,
         is_test_model=is_test,
-        note=note,
+        note="; ".join(notes) or None,
+        quantization=options.quantize,
     )
     on_cuda = device.type == "cuda"
+    from aisql.engine.speculative import SpeculationConfig
+
     return HFEngine(
         model,
         tokenizer,
         info,
         max_batch_tokens=options.max_batch_tokens or (65536 if on_cuda else 16384),
         max_batch_size=options.max_batch_size or (256 if on_cuda else 64),
+        kv_budget_bytes=options.kv_budget if options.kv_budget is not None else default_kv_budget(device),
+        prefix_cache=options.prefix_cache,
+        speculation=SpeculationConfig() if options.speculative else None,
     )
+
+
+def default_kv_budget(device) -> int:
+    """A quarter of free host memory on CPU, half of free device memory on CUDA (after the weights)."""
+    import torch
+
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * 0.5)
+    available = _available_host_memory()
+    return max(256 << 20, available // 4)
+
+
+def _available_host_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 4 << 30
 
 
 def _device(requested: str):
