@@ -1,4 +1,4 @@
-"""The HF engine on the tiny model: batching is lossless, work is counted exactly."""
+"""The HF engine on the tiny model: prefix reuse and batching are lossless, work is counted exactly."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import random
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from aisql.engine import GenerateRequest, ScoreRequest
+from aisql.engine import EngineOptions, GenerateRequest, ScoreRequest, load_engine
 from aisql.executor.tasks import IF_INSTRUCTION
 
 TEXTS = [
@@ -19,114 +21,228 @@ TEXTS = [
 ] + [f"Prompt number {i} about product {i * 7} and customer {i * 13}." for i in range(20)]
 
 
-@pytest.fixture
-def engine(tiny_engine):
-    return tiny_engine
+def fresh(**options):
+    """A new engine: empty prefix cache, zeroed counters."""
+    return load_engine("tiny", EngineOptions(**options))
 
 
-def _ids(engine):
-    return engine.encode_prompts(IF_INSTRUCTION, TEXTS)
+@pytest.fixture(scope="module")
+def reference():
+    """An engine used only without reuse: the one-prompt-at-a-time reference."""
+    return fresh()
 
 
-def test_prompt_format_uses_chat_template_and_shares_the_instruction_prefix(engine):
-    ids = _ids(engine)
-    prefix = engine.encode_prompt(IF_INSTRUCTION, "")
+def trie_size(prompts) -> int:
+    return len({tuple(p[:i]) for p in prompts for i in range(1, len(p) + 1)})
+
+
+def max_diff(a, b) -> float:
+    return max(abs(x - y) for s, t in zip(a, b) for x, y in zip(s.logprobs, t.logprobs))
+
+
+def test_prompt_format_uses_chat_template_and_shares_the_instruction_prefix(tiny_engine):
+    ids = tiny_engine.encode_prompts(IF_INSTRUCTION, TEXTS)
+    prefix = tiny_engine.encode_prompt(IF_INSTRUCTION, "")
     shared = 0
     while shared < len(prefix) and all(len(i) > shared and i[shared] == prefix[shared] for i in ids):
         shared += 1
     assert shared >= 20  # system block + user header are one common prefix
-    assert engine.encode_prompt(IF_INSTRUCTION, TEXTS[0]) == ids[0]  # batch == one at a time
+    assert tiny_engine.encode_prompt(IF_INSTRUCTION, TEXTS[0]) == ids[0]
 
 
-def test_batched_scores_equal_one_at_a_time(engine):
+# ---- scoring ------------------------------------------------------------------------------
+
+segments = st.lists(st.integers(3, 2000), min_size=0, max_size=30)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    common=segments,
+    anchors=st.lists(segments, min_size=1, max_size=4),
+    tails=st.lists(st.lists(st.integers(3, 2000), min_size=1, max_size=8), min_size=1, max_size=5),
+    budget_tokens=st.sampled_from([0, 40, 400, 100_000]),
+)
+def test_scores_with_reuse_equal_scores_without(reference, common, anchors, tails, budget_tokens):
+    engine = fresh()
+    engine.radix.budget_bytes = budget_tokens * engine.runner.bytes_per_token
+    labels = (engine.encode_label("TRUE"), engine.encode_label("FALSE"), engine.encode_label("somewhat neutral"))
+    prompts = sorted({tuple(common + a + t) for a in anchors for t in tails})
+    requests = [ScoreRequest(p, labels) for p in prompts]
+    expected = reference.score(requests, reuse=False)
+    assert max_diff(engine.score(requests), expected) < 1e-4  # cold cache
+    assert max_diff(engine.score(requests), expected) < 1e-4  # everything cached now
+    assert engine.stats.peak_kv_bytes <= engine.radix.budget_bytes
+    assert [s.best for s in engine.score(requests[::-1])] == [s.best for s in expected[::-1]]
+
+
+def test_computed_tokens_are_the_prefix_tree_minimum():
+    engine = fresh()
+    ids = sorted(engine.encode_prompts(IF_INSTRUCTION, TEXTS))
     labels = (engine.encode_label("TRUE"), engine.encode_label("FALSE"))
-    requests = [ScoreRequest(i, labels) for i in _ids(engine)]
-    batched = engine.score(requests)
-    single = [engine.score([r])[0] for r in requests]
-    for a, b in zip(batched, single):
-        assert a.best == b.best
-        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+    engine.score([ScoreRequest(i, labels) for i in ids])
+    assert engine.stats.computed_tokens == trie_size(ids)
+    assert engine.stats.kv_regret_tokens == 0
+    # Asked again: each prompt runs only its last token (its hidden state is the answer).
+    before = engine.stats.copy()
+    engine.score([ScoreRequest(i, labels) for i in ids])
+    delta = engine.stats.since(before)
+    assert delta.computed_tokens == len(ids) and delta.forward_passes == 1
+    assert delta.kv_hit_tokens == sum(len(i) - 1 for i in ids)
 
 
-def test_multi_token_labels_equal_one_at_a_time_and_full_likelihood(engine):
+def test_single_token_labels_take_one_forward_pass_once_shared_prefixes_are_cached():
+    engine = fresh()
+    labels = (engine.encode_label("TRUE"), engine.encode_label("FALSE"))
+    assert all(len(l) == 1 for l in labels)
+    engine.score([ScoreRequest(i, labels) for i in engine.encode_prompts(IF_INSTRUCTION, TEXTS)])
+    # Follow-up questions extend each cached prompt: every shared prefix is in the cache already.
+    follow_ups = engine.encode_prompts(IF_INSTRUCTION, [t + " Really?" for t in TEXTS])
+    before = engine.stats.copy()
+    engine.score([ScoreRequest(i, labels) for i in follow_ups])
+    delta = engine.stats.since(before)
+    assert delta.forward_passes == 1
+    assert delta.kv_hit_tokens > 3 * delta.computed_tokens
+
+
+def test_no_reuse_recomputes_everything_and_counts_it_as_regret(reference):
+    engine = fresh()
+    ids = engine.encode_prompts(IF_INSTRUCTION, TEXTS)
+    labels = (engine.encode_label("TRUE"), engine.encode_label("FALSE"))
+    engine.score([ScoreRequest(i, labels) for i in ids], reuse=False)
+    assert engine.stats.computed_tokens == sum(map(len, ids))
+    assert engine.stats.kv_regret_tokens == sum(map(len, ids)) - trie_size(ids)
+    assert engine.stats.kv_hit_tokens == 0 and engine.radix.used_bytes == 0
+
+
+def test_a_tight_budget_evicts_and_stays_correct(reference):
+    engine = fresh(kv_budget=0)
+    engine.radix.budget_bytes = 60 * engine.runner.bytes_per_token
+    ids = sorted(engine.encode_prompts(IF_INSTRUCTION, TEXTS))
+    labels = (engine.encode_label("TRUE"), engine.encode_label("FALSE"))
+    requests = [ScoreRequest(i, labels) for i in ids]
+    for _ in range(2):
+        assert max_diff(engine.score(requests), reference.score(requests, reuse=False)) < 1e-4
+    assert engine.stats.peak_kv_bytes <= engine.radix.budget_bytes
+    assert engine.stats.kv_evicted_bytes > 0
+
+
+def test_multi_token_labels_are_scored_by_full_likelihood(reference):
+    engine = fresh()
     labels = tuple(engine.encode_label(l) for l in ["positive", "negative", "somewhat neutral", "x"])
     assert any(len(l) > 1 for l in labels) and any(len(l) == 1 for l in labels)
-    requests = [ScoreRequest(i, labels) for i in _ids(engine)[:8]]
-    batched = engine.score(requests)
-    single = [engine.score([r])[0] for r in requests]
-    for a, b in zip(batched, single):
-        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
-    # Against a plain full-vocabulary computation of log P(label | prompt), renormalised over labels.
-    model = engine.model
-    for request, scores in zip(requests, batched):
+    requests = [ScoreRequest(i, labels) for i in engine.encode_prompts(IF_INSTRUCTION, TEXTS[:8])]
+    scores = engine.score(requests)
+    assert max_diff(scores, [reference.score([r], reuse=False)[0] for r in requests]) < 1e-4
+    for request, result in zip(requests, scores):
         totals = []
         for label in labels:
             ids = torch.tensor([list(request.prompt_ids) + list(label)])
             with torch.inference_mode():
-                logp = torch.log_softmax(model(ids).logits[0].double(), dim=-1)
+                logp = torch.log_softmax(engine.model(ids).logits[0].double(), dim=-1)
             start = len(request.prompt_ids) - 1
             totals.append(sum(float(logp[start + j, t]) for j, t in enumerate(label)))
-        reference = torch.log_softmax(torch.tensor(totals), dim=0).tolist()
-        assert max(abs(x - y) for x, y in zip(reference, scores.logprobs)) < 1e-4
+        expected = torch.log_softmax(torch.tensor(totals), dim=0).tolist()
+        assert max(abs(x - y) for x, y in zip(expected, result.logprobs)) < 1e-4
 
 
-def test_single_token_labels_take_one_forward_pass_per_batch(engine):
-    labels = (engine.encode_label("TRUE"), engine.encode_label("FALSE"))
-    assert all(len(l) == 1 for l in labels)
-    requests = [ScoreRequest(i, labels) for i in _ids(engine)]
-    before = engine.stats.copy()
-    engine.score(requests)
-    delta = engine.stats.since(before)
-    assert delta.forward_passes == 1
-    assert delta.computed_tokens == sum(len(r.prompt_ids) for r in requests)
-    assert delta.computed_tokens == sum(r.standalone_tokens() for r in requests)
+# ---- generation ---------------------------------------------------------------------------
 
 
-def test_score_token_accounting_with_tails(engine):
-    labels = tuple(engine.encode_label(l) for l in ["positive", "somewhat neutral"])
-    requests = [ScoreRequest(i, labels) for i in _ids(engine)[:5]]
-    before = engine.stats.copy()
-    engine.score(requests)
-    delta = engine.stats.since(before)
-    assert delta.computed_tokens == sum(r.standalone_tokens() for r in requests)
-    assert delta.forward_passes == 2  # prompts, then all label tails against their cache
-
-
-def test_batched_generation_equals_one_at_a_time(engine):
+def test_generation_with_reuse_and_batching_equals_one_at_a_time(reference):
+    engine = fresh()
     rng = random.Random(0)
-    requests = [GenerateRequest(i, rng.randint(1, 12)) for i in _ids(engine)]
-    batched = engine.generate(requests)
-    single = [engine.generate([r])[0] for r in requests]
-    for request, a, b in zip(requests, batched, single):
-        assert a.token_ids == b.token_ids
-        assert a.text == b.text
-        assert len(a.token_ids) <= request.max_tokens
+    ids = engine.encode_prompts(IF_INSTRUCTION, TEXTS)
+    requests = [GenerateRequest(i, rng.randint(1, 12)) for i in ids]
+    expected = [reference.generate([r], reuse=False, speculative=False)[0] for r in requests]
+    for result in (engine.generate(requests), engine.generate(requests)):
+        assert [g.token_ids for g in result] == [g.token_ids for g in expected]
+        assert [g.text for g in result] == [g.text for g in expected]
+    assert all(len(g.token_ids) <= r.max_tokens for g, r in zip(expected, requests))
 
 
-def test_generation_token_accounting(engine):
-    requests = [GenerateRequest(i, 5) for i in _ids(engine)[:6]]
+def test_generation_token_accounting_without_reuse():
+    engine = fresh()
+    requests = [GenerateRequest(i, 5) for i in engine.encode_prompts(IF_INSTRUCTION, TEXTS[:6])]
+    generations = engine.generate(requests, reuse=False, speculative=False)
+    assert engine.stats.computed_tokens == sum(g.standalone_tokens(r) for r, g in zip(requests, generations))
+
+
+class OracleDrafter:
+    """Drafts the true greedy continuation, wrong at every third draft token: exercises full,
+    partial and zero acceptance through the real model's verification."""
+
+    def __init__(self, prompt, truths):
+        self.prompt_len = len(prompt)
+        self.truth = truths[tuple(prompt)]
+        self.tokens = list(prompt)
+        self.calls = 0
+
+    def extend(self, tokens):
+        self.tokens.extend(tokens)
+
+    def propose(self, limit):
+        self.calls += 1
+        done = len(self.tokens) - self.prompt_len
+        draft = list(self.truth[done : done + min(limit, 5)])
+        if draft and self.calls % 3 == 0:
+            draft[-1] = (draft[-1] + 1) % 2000
+        return draft
+
+    def feedback(self, proposed, accepted):
+        pass
+
+
+def test_speculative_decoding_is_lossless(reference):
+    engine = fresh()
+    ids = engine.encode_prompts(IF_INSTRUCTION, TEXTS[:8])
+    requests = [GenerateRequest(i, 24) for i in ids]
+    plain = [reference.generate([r], reuse=False, speculative=False)[0] for r in requests]
+    # Real prompt-lookup drafts (rarely right on a random model): identical output.
+    assert [g.token_ids for g in engine.generate(requests)] == [g.token_ids for g in plain]
+    # Oracle drafts: most are accepted, output still identical, fewer decode passes.
+    truths = {tuple(r.prompt_ids): g.token_ids for r, g in zip(requests, plain)}
+    engine.drafter = lambda prompt: OracleDrafter(prompt, truths)
     before = engine.stats.copy()
-    generations = engine.generate(requests)
+    speculated = engine.generate(requests)
     delta = engine.stats.since(before)
-    assert delta.computed_tokens == sum(g.standalone_tokens(r) for r, g in zip(requests, generations))
+    assert [g.token_ids for g in speculated] == [g.token_ids for g in plain]
+    assert delta.draft_accepted_tokens > 0 and delta.draft_accepted_tokens < delta.draft_tokens
+    assert delta.generated_tokens / delta.decode_passes > 2
 
 
-def test_tiny_model_note_and_determinism(engine, tmp_path):
-    from aisql.engine.tiny import TinyConfig, build_tiny_model
+def test_ngram_drafts_come_from_the_context():
+    from aisql.engine.speculative import NgramIndex, SpeculationConfig, accepted_length
 
-    assert engine.info.is_test_model and "meaningless" in engine.info.note
-    a, b = tmp_path / "a", tmp_path / "b"
-    build_tiny_model(a, TinyConfig())
-    build_tiny_model(b, TinyConfig())
-    for name in ("tokenizer.json", "model.safetensors"):
-        assert (a / name).read_bytes() == (b / name).read_bytes()
+    index = NgramIndex(SpeculationConfig(max_ngram=3, min_ngram=2, max_draft=4), [5, 6, 7, 8, 9, 1, 2, 5, 6])
+    assert index.propose(10) == [7, 8, 9, 1]
+    assert index.propose(2) == [7, 8]
+    index.extend([3])
+    assert index.propose(10) == []  # (6, 3) never occurred
+    assert accepted_length([7, 8, 4], [7, 8, 9, 1]) == 2
+    index.feedback(4, 1)
+    index.extend([5, 6])
+    assert len(index.propose(10)) == 2  # shorter drafts after a rejection
+
+
+# ---- quantization, architectures, the tiny model -------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["int8", "fp8", "bf16"])
+def test_quantization_is_opt_in_and_says_so(reference, method):
+    engine = fresh(quantize=method)
+    assert engine.info.quantization == method and method in engine.info.note
+    assert reference.info.quantization is None and "quantized" not in (reference.info.note or "")
+    labels = (engine.encode_label("TRUE"), engine.encode_label("FALSE"))
+    requests = [ScoreRequest(i, labels) for i in engine.encode_prompts(IF_INSTRUCTION, TEXTS)]
+    deviation = max_diff(engine.score(requests), reference.score(requests, reuse=False))
+    assert 0 < deviation < 5  # it changes the numbers, and says so; the size is benchmarked
+    assert engine.info.fingerprint != reference.info.fingerprint
 
 
 def test_default_model_architecture_batches_losslessly(tmp_path):
     """Qwen3 (the default model's architecture, random weights) through the local-directory loader."""
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-    from aisql.engine import load_engine
     from aisql.engine.tiny import tiny_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir())
@@ -139,10 +255,22 @@ def test_default_model_architecture_batches_losslessly(tmp_path):
     Qwen3ForCausalLM(config).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     engine = load_engine(str(tmp_path))
+    assert engine.prefix_cache
     ids = engine.encode_prompts(IF_INSTRUCTION, TEXTS[:10])
     labels = tuple(engine.encode_label(l) for l in ["TRUE", "FALSE", "somewhat neutral"])
     requests = [ScoreRequest(i, labels) for i in ids]
-    for a, b in zip(engine.score(requests), [engine.score([r])[0] for r in requests]):
-        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+    assert max_diff(engine.score(requests), [engine.score([r], reuse=False)[0] for r in requests]) < 1e-4
     generate = [GenerateRequest(i, 6) for i in ids]
-    assert [g.token_ids for g in engine.generate(generate)] == [engine.generate([r])[0].token_ids for r in generate]
+    expected = [engine.generate([r], reuse=False, speculative=False)[0].token_ids for r in generate]
+    assert [g.token_ids for g in engine.generate(generate)] == expected
+
+
+def test_tiny_model_note_and_determinism(tiny_engine, tmp_path):
+    from aisql.engine.tiny import TinyConfig, build_tiny_model
+
+    assert tiny_engine.info.is_test_model and "meaningless" in tiny_engine.info.note
+    a, b = tmp_path / "a", tmp_path / "b"
+    build_tiny_model(a, TinyConfig())
+    build_tiny_model(b, TinyConfig())
+    for name in ("tokenizer.json", "model.safetensors"):
+        assert (a / name).read_bytes() == (b / name).read_bytes()

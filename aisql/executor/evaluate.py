@@ -16,7 +16,8 @@ from aisql.executor.answers import Answer
 from aisql.executor.tasks import Task
 
 
-def evaluate(engine: Engine, task: Task, texts: Sequence[str]) -> dict[str, Answer]:
+def evaluate(engine: Engine, task: Task, texts: Sequence[str], *, naive: bool = False) -> dict[str, Answer]:
+    """Answers for distinct `texts`. `naive`: no KV reuse and no speculation (the reference)."""
     if not texts:
         return {}
     ids = engine.encode_prompts(task.instruction, list(texts))
@@ -26,7 +27,7 @@ def evaluate(engine: Engine, task: Task, texts: Sequence[str]) -> dict[str, Answ
     answers: dict[str, Answer] = {}
     if task.scores_labels:
         requests = [ScoreRequest(ids[i], label_ids) for i in order]
-        for i, request, scores in zip(order, requests, engine.score(requests)):
+        for i, request, scores in zip(order, requests, engine.score(requests, reuse=not naive)):
             best = scores.best
             answers[texts[i]] = Answer(
                 value=task.value_of_label(best),
@@ -36,7 +37,9 @@ def evaluate(engine: Engine, task: Task, texts: Sequence[str]) -> dict[str, Answ
     else:
         room = engine.info.max_context
         requests = [GenerateRequest(ids[i], min(task.max_tokens or 1, room - len(ids[i]))) for i in order]
-        for i, request, generation in zip(order, requests, engine.generate(requests)):
+        for i, request, generation in zip(
+            order, requests, engine.generate(requests, reuse=not naive, speculative=not naive)
+        ):
             answers[texts[i]] = Answer(value=generation.text, cost=generation.standalone_tokens(request))
     return answers
 

@@ -134,7 +134,7 @@ class NodeRuntime:
         return value
 
     def _naive_answer(self, text: str) -> tuple[Any, int]:
-        answers = evaluate(self.engine, self.task, [text])
+        answers = evaluate(self.engine, self.task, [text], naive=True)
         answer = answers[text]
         return answer.value, answer.cost
 

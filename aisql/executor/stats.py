@@ -25,16 +25,34 @@ class NodeStats:
     prompts_late: int = 0  # prompts the final query needed that prefetch did not cover
     logical_tokens: int = 0  # tokens naive execution would run through the model
     computed_tokens: int = 0  # tokens actually run through the model (padding excluded)
+    kv_hit_tokens: int = 0  # prompt tokens read from the prefix KV cache
+    kv_regret_tokens: int = 0  # tokens computed although computed before (evicted, or no reuse)
     padding_tokens: int = 0
     forward_passes: int = 0
     generated_tokens: int = 0
+    decode_passes: int = 0
+    draft_tokens: int = 0  # speculative tokens verified
+    draft_accepted_tokens: int = 0
+    peak_kv_bytes: int = 0
     wall_s: float = 0.0
 
     def add_engine(self, delta: EngineStats) -> None:
-        self.computed_tokens += delta.computed_tokens
-        self.padding_tokens += delta.padding_tokens
-        self.forward_passes += delta.forward_passes
-        self.generated_tokens += delta.generated_tokens
+        for name in _FROM_ENGINE:
+            setattr(self, name, getattr(self, name) + getattr(delta, name))
+        self.peak_kv_bytes = max(self.peak_kv_bytes, delta.peak_kv_bytes)
+
+
+_FROM_ENGINE = (
+    "computed_tokens",
+    "kv_hit_tokens",
+    "kv_regret_tokens",
+    "padding_tokens",
+    "forward_passes",
+    "generated_tokens",
+    "decode_passes",
+    "draft_tokens",
+    "draft_accepted_tokens",
+)
 
 
 _SUMMED = (
@@ -46,9 +64,14 @@ _SUMMED = (
     "prompts_late",
     "logical_tokens",
     "computed_tokens",
+    "kv_hit_tokens",
+    "kv_regret_tokens",
     "padding_tokens",
     "forward_passes",
     "generated_tokens",
+    "decode_passes",
+    "draft_tokens",
+    "draft_accepted_tokens",
 )
 
 
@@ -66,6 +89,11 @@ class RunStats:
     def to_dict(self) -> dict:
         data = {"model": self.model, "model_note": self.model_note, "mode": self.mode}
         data.update(self.totals())
+        data["peak_kv_bytes"] = max((n.peak_kv_bytes for n in self.nodes), default=0)
+        drafts = data["draft_tokens"]
+        data["draft_acceptance"] = round(data["draft_accepted_tokens"] / drafts, 4) if drafts else None
+        passes = data["decode_passes"]
+        data["tokens_per_decode_pass"] = round(data["generated_tokens"] / passes, 3) if passes else None
         data["wall_s"] = round(self.wall_s, 4)
         data["nodes"] = [{**asdict(n), "wall_s": round(n.wall_s, 4)} for n in self.nodes]
         return data
