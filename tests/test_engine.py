@@ -63,7 +63,7 @@ segments = st.lists(st.integers(3, 2000), min_size=0, max_size=30)
     budget_tokens=st.sampled_from([0, 40, 400, 100_000]),
 )
 def test_scores_with_reuse_equal_scores_without(reference, common, anchors, tails, budget_tokens):
-    engine = fresh()
+    engine = fresh(max_batch_size=3)  # several batches: later ones must survive earlier evictions
     engine.radix.budget_bytes = budget_tokens * engine.runner.bytes_per_token
     labels = (engine.encode_label("TRUE"), engine.encode_label("FALSE"), engine.encode_label("somewhat neutral"))
     prompts = sorted({tuple(common + a + t) for a in anchors for t in tails})

@@ -60,6 +60,14 @@ class HFEngine:
         self.stop_ids = _stop_ids(model, tokenizer)
         self._lock = threading.RLock()
 
+    def reset_cache(self) -> None:
+        """Forget every cached prefix and its history (KV, structure, regret bookkeeping)."""
+        with self._lock:
+            old = self.radix
+            self.radix = RadixCache(old.budget_bytes, old.bytes_per_token, old.recompute_cost)
+            self.radix.stats = old.stats  # counters are cumulative over the engine's life
+            self.scheduler.radix = self.radix
+
     # ---- prompt format ---------------------------------------------------------------------
     @property
     def uses_chat_template(self) -> bool:
@@ -88,6 +96,7 @@ class HFEngine:
                     self._compute_shared(chains)
                 works = [self.scheduler.leaf_work(i, r.prompt_ids, chains[i], reuse) for i, r in enumerate(requests)]
                 for batch in self.scheduler.batches(works):
+                    batch = [self.scheduler.refresh(w) for w in batch]
                     scores = self._score_batch(batch, [requests[w.index] for w in batch], reuse)
                     for work, value in zip(batch, scores):
                         results[work.index] = value
@@ -161,6 +170,7 @@ class HFEngine:
                 works = [self.scheduler.leaf_work(i, r.prompt_ids, chains[i], reuse) for i, r in enumerate(requests)]
                 room = [requests[w.index].max_tokens for w in works]
                 for batch in self.scheduler.batches(works, room):
+                    batch = [self.scheduler.refresh(w) for w in batch]
                     batch_requests = [requests[w.index] for w in batch]
                     generations = self._generate_batch(batch, batch_requests, reuse, speculative)
                     for work, generation in zip(batch, generations):
@@ -261,13 +271,16 @@ class HFEngine:
         """Compute and store every prefix the call's requests share, top-down."""
         for level in self.scheduler.shared_levels(chains):
             for batch in self.scheduler.batches(level):
-                self._run(batch, keep_cache=True, store=True, requests=False)
+                batch = [w for w in map(self.scheduler.refresh, batch) if w is not None]
+                if batch:
+                    self._run(batch, keep_cache=True, store=True, requests=False)
 
     def _run(self, batch: list[Work], keep_cache: bool, store: bool, requests: bool = True) -> BatchOutput:
         """One forward pass over the batch's rows, storing the KV of the nodes they computed.
 
-        `requests`: the rows are requests' own rows, so their cached prefixes count as hits (rows
-        that fill the cache with shared prefixes do not)."""
+        The caller refreshes `batch` first (`Scheduler.refresh`), so every prefix it reads is
+        cached now; pins keep it so until the pass is done. `requests`: the rows are requests'
+        own rows, so their cached prefixes count as hits (rows filling the cache do not)."""
         prefixes = [n for w in batch for n in w.row.prefix.path()]
         self.radix.pin(prefixes)
         try:

@@ -22,6 +22,9 @@ class Work:
     row: Row
     nodes: list[RadixNode]  # nodes whose tokens the row computes in full, in path order
     index: int = -1  # request index, for leaf work
+    prompt: Sequence[int] = ()  # leaf work: the request's prompt
+    chain: list[RadixNode] | None = None  # leaf work: its path; shared work: None
+    reuse: bool = True
 
     def offset_of(self, node: RadixNode) -> int:
         """Where `node`'s tokens start among the row's new tokens."""
@@ -69,10 +72,7 @@ class Scheduler:
             for node in by_depth[depth].values():
                 if node.kv is not None:
                     continue
-                anchor = self._cached_ancestor(node)
-                covered = node.path()[len(anchor.path()) :]
-                tokens = [t for n in covered for t in n.tokens]
-                works.append(Work(Row(anchor, anchor.end, tokens), covered))
+                works.append(self._shared_work(node))
             if works:
                 yield works
 
@@ -82,7 +82,22 @@ class Scheduler:
         anchor = self.radix.deepest_cached(chain) if reuse else self.radix.root
         prefix_len = min(anchor.end, len(prompt) - 1)
         covered = [n for n in chain if n.start >= prefix_len]
-        return Work(Row(anchor, prefix_len, list(prompt[prefix_len:])), covered, index)
+        return Work(Row(anchor, prefix_len, list(prompt[prefix_len:])), covered, index, prompt, chain, reuse)
+
+    def refresh(self, work: Work) -> Work | None:
+        """The same work planned against the tree as it is now (an earlier batch may have evicted
+        its prefix or cached more of it); None if there is nothing left to compute."""
+        if work.chain is not None:
+            return self.leaf_work(work.index, work.prompt, work.chain, work.reuse)
+        target = work.nodes[-1]
+        return None if target.kv is not None else self._shared_work(target)
+
+    def _shared_work(self, node: RadixNode) -> Work:
+        """Compute `node` (and any uncached ancestors) from its deepest cached ancestor."""
+        anchor = self._cached_ancestor(node)
+        covered = node.path()[len(anchor.path()) :]
+        tokens = [t for n in covered for t in n.tokens]
+        return Work(Row(anchor, anchor.end, tokens), covered)
 
     def batches(self, works: Sequence[Work], extra_tokens: Sequence[int] | None = None) -> Iterator[list[Work]]:
         """Consecutive works whose padded batch fits the budgets (`extra_tokens`: decode room per work)."""
