@@ -47,7 +47,7 @@ def test_local_model_directory_loads(offline):
     [
         ("not a model!", "unknown model"),
         ("./nowhere/model", "does not exist"),
-        ("vllm:Qwen/Qwen3-0.6B", "not available"),
+        ("openai:gpt-x@http://localhost:1", "not available"),
     ],
 )
 def test_bad_specs(offline, spec, message):

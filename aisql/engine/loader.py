@@ -74,12 +74,18 @@ def _load(name: str, options: EngineOptions) -> Engine:
 
         directory = tiny_model_dir()
         return load_hf_directory(directory, name="tiny", options=options, source="built offline", note=NOTE, is_test=True)
-    for prefix in ("vllm:", "openai:"):
-        if lowered.startswith(prefix):
-            raise ModelError(
-                f"model backend {prefix[:-1]!r} is not available in this version of aisql",
-                hint="use a Hugging Face id, a local model directory, or 'tiny'",
-            )
+    if lowered.startswith("vllm:"):
+        from aisql.engine.vllm import load_vllm_engine
+
+        target = name[len("vllm:") :]
+        if not target:
+            raise ModelError("vllm: needs a model, e.g. vllm:Qwen/Qwen3-0.6B")
+        return load_vllm_engine(target, options)
+    if lowered.startswith("openai:"):
+        raise ModelError(
+            "model backend 'openai' is not available in this version of aisql",
+            hint="use a Hugging Face id, a local model directory, vllm:ID, or 'tiny'",
+        )
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").exists():
