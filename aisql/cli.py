@@ -66,7 +66,7 @@ def _query_source(query_file: str | None, sql: str | None) -> tuple[str, Path | 
         raise DataError(f"query file {query_file} is not UTF-8 text (byte {err.start})") from None
 
 
-def _connect(db: str | None, tables: tuple[str, ...], query_dir: Path | None, model: str | None = None, device: str = "auto"):
+def _connect(db: str | None, tables: tuple[str, ...], query_dir: Path | None, model: str | None = None, engine_options=None):
     from aisql.api import Connection
     from aisql.engine.loader import EngineOptions
 
@@ -75,7 +75,7 @@ def _connect(db: str | None, tables: tuple[str, ...], query_dir: Path | None, mo
     con = Connection(
         db,
         model=model,
-        engine_options=EngineOptions(device=device),
+        engine_options=engine_options or EngineOptions(),
         warn=lambda message: stderr.print(f"[yellow]{_escape(message)}[/yellow]"),
     )
     search = [Path.cwd()] + ([query_dir] if query_dir else [])
@@ -116,6 +116,10 @@ def _apply(options):
 @_apply(_common)
 @click.option("--model", metavar="SPEC", help="'tiny', a Hugging Face id or a model directory (default: $AISQL_MODEL, then Qwen/Qwen3-0.6B).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--kv-budget", metavar="SIZE", help="Memory for the prefix KV cache, e.g. 2GB (default: from free memory).")
+@click.option("--quantize", type=click.Choice(["int8", "fp8", "bf16"]), help="Opt-in weight quantization (int8 on CPU); outputs say so.")
+@click.option("--no-prefix-cache", is_flag=True, help="Do not reuse KV across prompts (for comparisons).")
+@click.option("--no-speculation", is_flag=True, help="Plain greedy decoding, without prompt-lookup drafts (same output).")
 @click.option("-o", "--output", metavar="PATH", help="Write the result to a .csv, .parquet or .json file.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True, help="How to print the result on stdout.")
 @click.option("--stats-json", metavar="PATH", help="Write run statistics (prompts, tokens, time per AI node) as JSON.")
@@ -123,14 +127,25 @@ def _apply(options):
 @click.option("--max-rows", default=50, show_default=True, help="Rows to show with --format table.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary or notes on stderr.")
 @_handle_errors
-def run(query_file, sql, db, tables, debug, model, device, output, fmt, stats_json, naive, max_rows, quiet):
+def run(
+    query_file, sql, db, tables, debug, model, device, kv_budget, quantize, no_prefix_cache, no_speculation,
+    output, fmt, stats_json, naive, max_rows, quiet,
+):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
+    from aisql.engine.loader import EngineOptions
     from aisql.output import check_output_path, print_csv, print_json, print_table, write_table, write_text_atomically
 
     text, query_dir = _query_source(query_file, sql)
     if output:
         check_output_path(output)
-    con = _connect(db, tables, query_dir, model=model, device=device)
+    options = EngineOptions(
+        device=device,
+        kv_budget=parse_size(kv_budget) if kv_budget else None,
+        quantize=quantize,
+        prefix_cache=not no_prefix_cache,
+        speculative=not no_speculation,
+    )
+    con = _connect(db, tables, query_dir, model=model, engine_options=options)
     try:
         result = con.run(text, naive=naive)
     finally:
@@ -194,6 +209,12 @@ def _summary(result, output: str | None) -> None:
             f"{totals['prompts_evaluated']:,} evaluated"
         )
         parts.append(f"tokens computed {totals['computed_tokens']:,} of {totals['logical_tokens']:,} logical")
+        if totals["kv_hit_tokens"]:
+            parts.append(f"{totals['kv_hit_tokens']:,} from the prefix cache")
+        if totals["draft_tokens"]:
+            parts.append(
+                f"speculation accepted {totals['draft_accepted_tokens']:,}/{totals['draft_tokens']:,} drafted tokens"
+            )
     parts.append(f"{result.stats.wall_s:.2f} s")
     if result.model:
         parts.append(f"model {result.model.name} on {result.model.device}")
@@ -202,6 +223,23 @@ def _summary(result, output: str | None) -> None:
 
 def _escape(text: str) -> str:
     return text.replace("[", r"\[")
+
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """'2GB', '512MiB', '1e9' -> bytes."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).upper() if match else None
+    if not match or unit not in _UNITS:
+        raise AisqlError(f"cannot read the size {text!r}", hint="e.g. 512MB, 2GB, 4GiB or a number of bytes")
+    try:
+        return int(float(match.group(1)) * _UNITS[unit])
+    except ValueError:
+        raise AisqlError(f"cannot read the size {text!r}", hint="e.g. 512MB, 2GB, 4GiB") from None
 
 
 if __name__ == "__main__":  # pragma: no cover

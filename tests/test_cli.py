@@ -170,3 +170,31 @@ def test_plain_file_paths_and_read_parquet_in_from(tmp_path):
     from_parquet = run_cli("run", "-e", sql.format(src=f"read_parquet('{parquet}')"), "--model", "tiny", "--format", "json", "-q")
     assert from_csv.exit_code == from_parquet.exit_code == 0, from_csv.output + from_parquet.output
     assert json.loads(from_csv.stdout) == json.loads(from_parquet.stdout)
+
+
+def test_engine_options_keep_results_and_report_their_effect(tmp_path):
+    base = ["run", HOT_LEADS, "--model", "tiny", "--format", "csv", "-q"]
+    default_stats, small_stats, plain_stats = (tmp_path / f"{n}.json" for n in ("default", "small", "plain"))
+    default = run_cli(*base, "--stats-json", str(default_stats))
+    small = run_cli(*base, "--kv-budget", "64KB", "--stats-json", str(small_stats))
+    plain = run_cli(*base, "--no-prefix-cache", "--no-speculation", "--stats-json", str(plain_stats))
+    assert default.exit_code == small.exit_code == plain.exit_code == 0, default.output + small.output + plain.output
+    assert default.stdout == small.stdout == plain.stdout  # same answers whatever the cache does
+    d, s, p = (json.loads(f.read_text()) for f in (default_stats, small_stats, plain_stats))
+    assert d["computed_tokens"] < d["logical_tokens"] and d["kv_regret_tokens"] == 0
+    assert d["kv_hit_tokens"] > 0 and d["peak_kv_bytes"] > 0
+    assert s["peak_kv_bytes"] <= 64_000 and s["computed_tokens"] > d["computed_tokens"]
+    assert p["computed_tokens"] == p["logical_tokens"] and p["kv_hit_tokens"] == 0
+
+
+def test_quantize_is_said_with_the_output():
+    result = run_cli("run", HOT_LEADS, "--model", "tiny", "--quantize", "int8", "--max-rows", "1")
+    assert result.exit_code == 0, result.output
+    assert "quantized to int8" in result.stdout
+
+
+@pytest.mark.parametrize("text, size", [("1024", 1024), ("2GB", 2_000_000_000), ("1.5 MiB", 1_572_864), ("64kb", 64_000)])
+def test_parse_size(text, size):
+    from aisql.cli import parse_size
+
+    assert parse_size(text) == size
