@@ -43,6 +43,9 @@ class TinyConfig:
     # Wider than HF's 0.02 so that answers vary from prompt to prompt instead of all agreeing.
     initializer_range: float = 0.5
     seed: int = 0
+    # A model vocabulary larger than the trained tokenizer's (benchmarks of realistic output-head
+    # sizes feed token ids directly); None: the tokenizer's size.
+    model_vocab_size: int | None = None
 
     def key(self) -> str:
         payload = json.dumps({"v": TINY_VERSION, "config": asdict(self)}, sort_keys=True).encode()
@@ -52,6 +55,9 @@ class TinyConfig:
 
 def tiny_model_dir(config: TinyConfig = TinyConfig()) -> Path:
     """Directory of the tiny model for `config`, building it on first use (atomically)."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
     target = cache_root() / "models" / f"tiny-{config.key()}"
     if (target / "config.json").exists():
         return target
@@ -95,7 +101,7 @@ def build_tiny_model(directory: Path, config: TinyConfig = TinyConfig()) -> None
     fast.chat_template = CHAT_TEMPLATE
 
     model_config = LlamaConfig(
-        vocab_size=tokenizer.get_vocab_size(),
+        vocab_size=max(tokenizer.get_vocab_size(), config.model_vocab_size or 0),
         hidden_size=config.hidden_size,
         intermediate_size=config.intermediate_size,
         num_hidden_layers=config.num_hidden_layers,

@@ -1,0 +1,51 @@
+"""Shared helpers for the engine benchmarks: models built offline, machine facts, JSON results."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# The "tiny model with a 32k vocabulary" of the engine benchmarks: small enough for a 2-core CPU,
+# large enough that compute, not Python overhead, dominates a forward pass.
+BENCH_TINY = dict(
+    hidden_size=256,
+    intermediate_size=768,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    max_position_embeddings=4096,
+    initializer_range=0.02,
+    model_vocab_size=32000,
+)
+
+
+def bench_engine(**options):
+    from aisql.engine import EngineOptions
+    from aisql.engine.loader import load_hf_directory
+    from aisql.engine.tiny import TinyConfig, tiny_model_dir
+
+    directory = tiny_model_dir(TinyConfig(**BENCH_TINY))
+    return load_hf_directory(directory, name="tiny-32k", options=EngineOptions(**options), source="built offline")
+
+
+def machine() -> dict:
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def write(name: str, record: dict) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
