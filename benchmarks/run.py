@@ -5,7 +5,8 @@
 Writes benchmarks/results/<query>.json and prints a table. Each query runs naive (one prompt per
 row, no dedup, no batching) and planned on the same loaded engine, so the ratios are measured in
 one run on one machine: compare ratios, not absolute times (shared machines are noisy). Work is
-reported beside wall time: prompts sent, and logical (naive) vs computed tokens.
+reported beside wall time: prompts sent, and logical (naive) vs computed tokens. The engine's
+prefix cache is emptied before every run, so no run profits from an earlier one.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ QUERIES = ["hot_leads", "review_sentiment", "pitch"]
 
 
 def run_query(engine, name: str, naive: bool) -> dict:
+    engine.reset_cache()  # every run starts cold: no prefix cached by an earlier run
     con = aisql.Connection(engine=engine)
     con.add_file_search_path([EXAMPLES])
     sql = (EXAMPLES / f"{name}.sql").read_text()
@@ -42,6 +44,7 @@ def run_query(engine, name: str, naive: bool) -> dict:
         "prompts_evaluated": totals["prompts_evaluated"],
         "logical_tokens": totals["logical_tokens"],
         "computed_tokens": totals["computed_tokens"],
+        "kv_hit_tokens": totals["kv_hit_tokens"],
         "padding_tokens": totals["padding_tokens"],
         "_rows": sorted(map(repr, result.table.to_pylist())),
     }
