@@ -184,6 +184,7 @@ def test_engine_options_keep_results_and_report_their_effect(tmp_path):
     assert d["computed_tokens"] < d["logical_tokens"] and d["kv_regret_tokens"] == 0
     assert d["kv_hit_tokens"] > 0 and d["peak_kv_bytes"] > 0
     assert s["peak_kv_bytes"] <= 64_000 and s["computed_tokens"] > d["computed_tokens"]
+    assert s["kv_evicted_bytes"] > 0 and s["kv_regret_tokens"] > 0 and d["kv_evicted_bytes"] == 0
     assert p["computed_tokens"] == p["logical_tokens"] and p["kv_hit_tokens"] == 0
 
 

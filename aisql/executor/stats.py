@@ -27,6 +27,7 @@ class NodeStats:
     computed_tokens: int = 0  # tokens actually run through the model (padding excluded)
     kv_hit_tokens: int = 0  # prompt tokens read from the prefix KV cache
     kv_regret_tokens: int = 0  # tokens computed although computed before (evicted, or no reuse)
+    kv_evicted_bytes: int = 0  # prefix-cache KV evicted to stay within --kv-budget
     padding_tokens: int = 0
     forward_passes: int = 0
     generated_tokens: int = 0
@@ -46,6 +47,7 @@ _FROM_ENGINE = (
     "computed_tokens",
     "kv_hit_tokens",
     "kv_regret_tokens",
+    "kv_evicted_bytes",
     "padding_tokens",
     "forward_passes",
     "generated_tokens",
@@ -66,6 +68,7 @@ _SUMMED = (
     "computed_tokens",
     "kv_hit_tokens",
     "kv_regret_tokens",
+    "kv_evicted_bytes",
     "padding_tokens",
     "forward_passes",
     "generated_tokens",
