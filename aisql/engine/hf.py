@@ -13,20 +13,20 @@ writes: the naive reference (its repeated tokens still show up as KV regret).
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from typing import Sequence
 
 import torch
 
 from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelInfo, ScoreRequest
 from aisql.engine.model_runner import BatchOutput, ModelRunner
-from aisql.engine.prompt_format import PromptFormat
+from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
 from aisql.engine.radix import RadixCache
 from aisql.engine.scheduler import Scheduler, Work
 from aisql.engine.speculative import NgramIndex, SpeculationConfig, accepted_length
-from aisql.errors import ModelError
 
 
-class HFEngine:
+class HFEngine(EncodesPrompts):
     def __init__(
         self,
         model,
@@ -68,43 +68,31 @@ class HFEngine:
             self.radix.stats = old.stats  # counters are cumulative over the engine's life
             self.scheduler.radix = self.radix
 
-    # ---- prompt format ---------------------------------------------------------------------
-    @property
-    def uses_chat_template(self) -> bool:
-        return self.format.uses_chat_template
-
-    def encode_prompt(self, instruction: str, text: str) -> tuple[int, ...]:
-        return self.format.encode_prompts(instruction, [text])[0]
-
-    def encode_prompts(self, instruction: str, texts: Sequence[str]) -> list[tuple[int, ...]]:
-        return self.format.encode_prompts(instruction, texts)
-
-    def encode_label(self, label: str) -> tuple[int, ...]:
-        ids = self.format.encode_label(label)
-        if not ids:
-            raise ModelError(f"label {label!r} encodes to no tokens")
-        return ids
-
     # ---- scoring ---------------------------------------------------------------------------
     def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:
         results: list[LabelScores | None] = [None] * len(requests)
+        with self._admitted(requests, reuse) as (works, reuse):
+            for batch in self.scheduler.batches(works):
+                batch = [self.scheduler.refresh(w) for w in batch]
+                scores = self._score_batch(batch, [requests[w.index] for w in batch], reuse)
+                for work, value in zip(batch, scores):
+                    results[work.index] = value
+        self.stats.score_requests += len(requests)
+        return results  # type: ignore[return-value]
+
+    @contextmanager
+    def _admitted(self, requests: Sequence, reuse: bool):
+        """Admit the call's prompts, compute their shared prefixes, yield one work per request."""
         with self._lock, torch.inference_mode():
             reuse = reuse and self.prefix_cache
             chains = self.scheduler.admit([r.prompt_ids for r in requests])
             try:
                 if reuse:
                     self._compute_shared(chains)
-                works = [self.scheduler.leaf_work(i, r.prompt_ids, chains[i], reuse) for i, r in enumerate(requests)]
-                for batch in self.scheduler.batches(works):
-                    batch = [self.scheduler.refresh(w) for w in batch]
-                    scores = self._score_batch(batch, [requests[w.index] for w in batch], reuse)
-                    for work, value in zip(batch, scores):
-                        results[work.index] = value
+                yield [self.scheduler.leaf_work(i, r.prompt_ids, chains[i], reuse) for i, r in enumerate(requests)], reuse
             finally:
                 self.scheduler.release(chains)
                 self._sync_cache_stats()
-        self.stats.score_requests += len(requests)
-        return results  # type: ignore[return-value]
 
     def _score_batch(self, batch: list[Work], requests: list[ScoreRequest], reuse: bool) -> list[LabelScores]:
         needs_tail = any(len(label) > 1 for r in requests for label in r.label_ids)
@@ -161,23 +149,13 @@ class HFEngine:
         self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True
     ) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
-        with self._lock, torch.inference_mode():
-            reuse = reuse and self.prefix_cache
-            chains = self.scheduler.admit([r.prompt_ids for r in requests])
-            try:
-                if reuse:
-                    self._compute_shared(chains)
-                works = [self.scheduler.leaf_work(i, r.prompt_ids, chains[i], reuse) for i, r in enumerate(requests)]
-                room = [requests[w.index].max_tokens for w in works]
-                for batch in self.scheduler.batches(works, room):
-                    batch = [self.scheduler.refresh(w) for w in batch]
-                    batch_requests = [requests[w.index] for w in batch]
-                    generations = self._generate_batch(batch, batch_requests, reuse, speculative)
-                    for work, generation in zip(batch, generations):
-                        results[work.index] = generation
-            finally:
-                self.scheduler.release(chains)
-                self._sync_cache_stats()
+        with self._admitted(requests, reuse) as (works, reuse):
+            room = [requests[w.index].max_tokens for w in works]
+            for batch in self.scheduler.batches(works, room):
+                batch = [self.scheduler.refresh(w) for w in batch]
+                generations = self._generate_batch(batch, [requests[w.index] for w in batch], reuse, speculative)
+                for work, generation in zip(batch, generations):
+                    results[work.index] = generation
         self.stats.generate_requests += len(requests)
         return results  # type: ignore[return-value]
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from aisql.errors import ModelError
+
 PLAIN_FORMAT = "{instruction}\n\n{text}\n\nAnswer:"
 _SENTINEL = "\u0000AISQL_TEXT\u0000"
 
@@ -61,3 +63,25 @@ class PromptFormat:
         except Exception:  # templates without a system role
             merged = [{"role": "user", "content": f"{instruction}\n\n{text}"}]
             return self.tokenizer.apply_chat_template(merged, **kwargs)
+
+
+class EncodesPrompts:
+    """The prompt side of the Engine protocol, for engines that keep a PromptFormat in `format`."""
+
+    format: PromptFormat
+
+    @property
+    def uses_chat_template(self) -> bool:
+        return self.format.uses_chat_template
+
+    def encode_prompt(self, instruction: str, text: str) -> tuple[int, ...]:
+        return self.format.encode_prompts(instruction, [text])[0]
+
+    def encode_prompts(self, instruction: str, texts: Sequence[str]) -> list[tuple[int, ...]]:
+        return self.format.encode_prompts(instruction, texts)
+
+    def encode_label(self, label: str) -> tuple[int, ...]:
+        ids = self.format.encode_label(label)
+        if not ids:
+            raise ModelError(f"label {label!r} encodes to no tokens")
+        return ids

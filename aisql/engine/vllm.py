@@ -17,7 +17,7 @@ import math
 from typing import Sequence
 
 from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelInfo, ScoreRequest
-from aisql.engine.prompt_format import PromptFormat
+from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
 from aisql.errors import ModelError
 
 
@@ -32,7 +32,7 @@ def load_vllm_engine(model: str, options) -> "VLLMEngine":
     return VLLMEngine(model, options)
 
 
-class VLLMEngine:
+class VLLMEngine(EncodesPrompts):
     def __init__(self, model: str, options) -> None:
         import vllm
 
@@ -69,18 +69,6 @@ class VLLMEngine:
         )
         self.stats = EngineStats()
         self.stop_ids = [t for t in {tokenizer.eos_token_id} if t is not None]
-
-    def encode_prompt(self, instruction: str, text: str) -> tuple[int, ...]:
-        return self.format.encode_prompts(instruction, [text])[0]
-
-    def encode_prompts(self, instruction: str, texts: Sequence[str]) -> list[tuple[int, ...]]:
-        return self.format.encode_prompts(instruction, texts)
-
-    def encode_label(self, label: str) -> tuple[int, ...]:
-        ids = self.format.encode_label(label)
-        if not ids:
-            raise ModelError(f"label {label!r} encodes to no tokens")
-        return ids
 
     def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:
         SamplingParams = self._vllm.SamplingParams

@@ -65,17 +65,7 @@ _SUMMED = (
     "prompts_evaluated",
     "prompts_late",
     "logical_tokens",
-    "computed_tokens",
-    "kv_hit_tokens",
-    "kv_regret_tokens",
-    "kv_evicted_bytes",
-    "padding_tokens",
-    "forward_passes",
-    "generated_tokens",
-    "decode_passes",
-    "draft_tokens",
-    "draft_accepted_tokens",
-)
+) + _FROM_ENGINE
 
 
 @dataclass

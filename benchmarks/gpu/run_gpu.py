@@ -126,6 +126,7 @@ def main() -> None:
     reuse = engine.score(check)
     alone = [engine.score([r], reuse=False)[0] for r in check[:10]]
     record["check_scores_max_diff"] = max(abs(a - b) for s, t in zip(reuse, alone) for a, b in zip(s.logprobs, t.logprobs))
+    record["check_scores_within_tolerance"] = record["check_scores_max_diff"] < tol
     record["check_answers_equal"] = [s.best for s in reuse[:10]] == [s.best for s in alone]
     gen = [GenerateRequest(r.prompt_ids, 16) for r in check[:8]]
     plain = engine.generate(gen, speculative=False)
