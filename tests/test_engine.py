@@ -126,6 +126,26 @@ def test_a_tight_budget_evicts_and_stays_correct(reference):
     assert engine.stats.kv_evicted_bytes > 0
 
 
+def test_prefix_order_needs_only_one_group_in_the_cache_at_a_time():
+    """Requests in prefix order, shared prefixes computed when their first batch comes, claims
+    released as batches finish: a budget of a twelfth of the tree (room for the shared prefix and
+    the two anchors a batch may straddle) still computes every token exactly once."""
+    rng = random.Random(0)
+    prefix = [rng.randrange(3, 2000) for _ in range(30)]
+    prompts = []
+    for _ in range(6):
+        anchor = [rng.randrange(3, 2000) for _ in range(40)]
+        prompts += [tuple(prefix + anchor + [rng.randrange(3, 2000) for _ in range(8)]) for _ in range(40)]
+    prompts.sort()
+    engine = fresh(max_batch_size=16)
+    engine.radix.budget_bytes = trie_size(prompts) // 12 * engine.runner.bytes_per_token
+    labels = (engine.encode_label("TRUE"), engine.encode_label("FALSE"))
+    engine.score([ScoreRequest(p, labels) for p in prompts])
+    assert engine.stats.computed_tokens == trie_size(prompts)
+    assert engine.stats.kv_regret_tokens == 0
+    assert engine.stats.peak_kv_bytes <= engine.radix.budget_bytes
+
+
 def test_multi_token_labels_are_scored_by_full_likelihood(reference):
     engine = fresh()
     labels = tuple(engine.encode_label(l) for l in ["positive", "negative", "somewhat neutral", "x"])

@@ -59,6 +59,7 @@ class HFEngine(EncodesPrompts):
         self.drafter = lambda tokens: NgramIndex(self.speculation, tokens)
         self.stop_ids = _stop_ids(model, tokenizer)
         self._lock = threading.RLock()
+        self._claims: dict = {}
 
     def reset_cache(self) -> None:
         """Forget every cached prefix and its history (KV, structure, regret bookkeeping)."""
@@ -73,26 +74,42 @@ class HFEngine(EncodesPrompts):
         results: list[LabelScores | None] = [None] * len(requests)
         with self._admitted(requests, reuse) as (works, reuse):
             for batch in self.scheduler.batches(works):
-                batch = [self.scheduler.refresh(w) for w in batch]
+                batch = self._prepare(batch, reuse)
                 scores = self._score_batch(batch, [requests[w.index] for w in batch], reuse)
                 for work, value in zip(batch, scores):
                     results[work.index] = value
+                self._release(batch)
         self.stats.score_requests += len(requests)
         return results  # type: ignore[return-value]
 
     @contextmanager
     def _admitted(self, requests: Sequence, reuse: bool):
-        """Admit the call's prompts, compute their shared prefixes, yield one work per request."""
+        """Admit the call's prompts into the tree; yield one work per request, in request order."""
         with self._lock, torch.inference_mode():
             reuse = reuse and self.prefix_cache
             chains = self.scheduler.admit([r.prompt_ids for r in requests])
+            self._claims = dict(enumerate(chains))  # requests whose batch has not finished yet
             try:
-                if reuse:
-                    self._compute_shared(chains)
                 yield [self.scheduler.leaf_work(i, r.prompt_ids, chains[i], reuse) for i, r in enumerate(requests)], reuse
             finally:
-                self.scheduler.release(chains)
+                self.scheduler.release(list(self._claims.values()))  # after an error too
+                self._claims = {}
                 self._sync_cache_stats()
+
+    def _release(self, batch: list[Work]) -> None:
+        """The batch's requests are done: their prefixes no longer count as needed by this call."""
+        self.scheduler.release([self._claims.pop(w.index) for w in batch if w.index in self._claims])
+
+    def _prepare(self, batch: list[Work], reuse: bool) -> list[Work]:
+        """Just before a batch runs: compute the shared prefixes its requests need and that are
+        not cached, then plan its rows against the tree as it is now.
+
+        Shared prefixes are computed when the first batch needing them comes, not all up front:
+        requests arrive in prefix order, so the cache holds one group's prefixes at a time — with a
+        budget smaller than the whole tree, a group's prefix is still there when its rows run."""
+        if reuse:
+            self._compute_shared([w.chain for w in batch])
+        return [self.scheduler.refresh(w) for w in batch]
 
     def _score_batch(self, batch: list[Work], requests: list[ScoreRequest], reuse: bool) -> list[LabelScores]:
         needs_tail = any(len(label) > 1 for r in requests for label in r.label_ids)
@@ -152,10 +169,11 @@ class HFEngine(EncodesPrompts):
         with self._admitted(requests, reuse) as (works, reuse):
             room = [requests[w.index].max_tokens for w in works]
             for batch in self.scheduler.batches(works, room):
-                batch = [self.scheduler.refresh(w) for w in batch]
+                batch = self._prepare(batch, reuse)
                 generations = self._generate_batch(batch, [requests[w.index] for w in batch], reuse, speculative)
                 for work, generation in zip(batch, generations):
                     results[work.index] = generation
+                self._release(batch)
         self.stats.generate_requests += len(requests)
         return results  # type: ignore[return-value]
 
@@ -246,7 +264,8 @@ class HFEngine(EncodesPrompts):
 
     # ---- shared mechanics ------------------------------------------------------------------
     def _compute_shared(self, chains) -> None:
-        """Compute and store every prefix the call's requests share, top-down."""
+        """Compute and store the uncached prefixes shared by two or more of the call's requests
+        along `chains`, top-down."""
         for level in self.scheduler.shared_levels(chains):
             for batch in self.scheduler.batches(level):
                 batch = [w for w in map(self.scheduler.refresh, batch) if w is not None]

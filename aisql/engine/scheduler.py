@@ -51,6 +51,8 @@ class Scheduler:
         return chains
 
     def release(self, chains: Sequence[list[RadixNode]]) -> None:
+        """Requests done: they no longer count towards their nodes' expected reuse, so a finished
+        group's prefix becomes evictable as soon as its last request has run."""
         for chain in chains:
             for node in chain:
                 node.pending -= 1
