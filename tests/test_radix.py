@@ -105,3 +105,23 @@ def test_a_node_too_big_for_the_budget_is_not_stored():
     (node,) = cache.insert_path([1, 2, 3])
     assert not cache.store(node, fake_kv(node.tokens))
     assert cache.used_bytes == 0
+
+
+def test_released_requests_stop_protecting_their_prefixes():
+    from aisql.engine.scheduler import Scheduler
+
+    cache = RadixCache(budget_bytes=6 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
+    scheduler = Scheduler(cache, max_batch_tokens=100, max_cache_tokens=400, max_batch_size=8)
+    done_group = scheduler.admit([[1, 2, 3], [1, 2, 4]])
+    waiting_group = scheduler.admit([[5, 6, 7], [5, 6, 8]])
+    for chain in done_group + waiting_group:
+        for node in chain:
+            cache.store(node, fake_kv(node.tokens))
+    finished_anchor, waiting_anchor = done_group[0][0], waiting_group[0][0]
+    assert finished_anchor.pending == waiting_anchor.pending == 2
+    scheduler.release(done_group)
+    assert finished_anchor.pending == 0 and waiting_anchor.pending == 2
+    cache.touch(finished_anchor)  # even if used more recently,
+    (new,) = cache.insert_path([9, 9])
+    assert cache.store(new, fake_kv(new.tokens))
+    assert finished_anchor.kv is None and waiting_anchor.kv is not None  # the finished prefix goes first
