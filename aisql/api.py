@@ -25,11 +25,14 @@ from aisql.engine.base import Engine, ModelInfo
 from aisql.engine.loader import EngineOptions, load_engine, resolve_model_spec
 from aisql.errors import DataError
 from aisql.executor.answers import AnswerStore, MemoryAnswerStore
-from aisql.executor.estimate import InputEstimate, estimate_input
 from aisql.executor.run import Executor
+from aisql.executor.sampling import SampleEvaluator
+from aisql.executor.statistics import RunStatistics
 from aisql.executor.stats import RunStats
 from aisql.planner import Plan, plan_statement
+from aisql.planner.cost import PlanEstimate, estimate_plan
 from aisql.planner.explain import plan_to_dict, plans_tree
+from aisql.planner.hardware import Hardware, hardware_profile
 from aisql.sql.bind import BoundStatement, bind_statement
 from aisql.sql.parse import parse_script
 from aisql.sql.source import SourceText
@@ -56,13 +59,31 @@ class QueryResult:
 @dataclass
 class Explanation:
     plans: list[Plan]
-    estimates: dict[str, InputEstimate] = field(default_factory=dict)
+    estimates: list[PlanEstimate | None] = field(default_factory=list)
+    hardware: Hardware | None = None
+    model: str | None = None
 
     def tree(self):
-        return plans_tree(self.plans, self.estimates)
+        header = ""
+        if self.hardware is not None:
+            hw = self.hardware
+            header = (
+                f"model {self.model} · hardware {hw.name} ({hw.peak_flops / 1e12:.2f} TFLOP/s peak"
+                f"{' measured' if hw.measured else ''}, {hw.memory_bandwidth / 1e9:.0f} GB/s, ${hw.price_per_hour:.2f}/h)"
+            )
+        return plans_tree(self.plans, self.estimates, header)
 
     def to_dict(self) -> dict:
-        return {"statements": [plan_to_dict(p, self.estimates) for p in self.plans]}
+        data = {"statements": [plan_to_dict(p, e) for p, e in zip(self.plans, self.estimates)]}
+        if self.hardware is not None:
+            data["hardware"] = {
+                "name": self.hardware.name,
+                "peak_flops": self.hardware.peak_flops,
+                "memory_bandwidth": self.hardware.memory_bandwidth,
+                "price_per_hour": self.hardware.price_per_hour,
+            }
+            data["model"] = self.model
+        return data
 
 
 class Connection:
@@ -109,50 +130,80 @@ class Connection:
         self.duckdb.execute("SET file_search_path = ?", [",".join(dict.fromkeys(merged))])
 
     # ---- running --------------------------------------------------------------------------
-    def run(self, sql_text: str, *, naive: bool = False) -> QueryResult:
-        """Run every statement of `sql_text`; the result is the last one that returned rows."""
+    def run(
+        self, sql_text: str, *, naive: bool = False, hardware: str | None = None, price_per_hour: float | None = None
+    ) -> QueryResult:
+        """Run every statement of `sql_text`; the result is the last one that returned rows.
+
+        Each statement is checked against the catalog (no model), planned with statistics —
+        selectivities of unhinted AI predicates measured on a sample when their order matters —
+        and run. `hardware`/`price_per_hour` cost the run in the stats."""
         started = time.perf_counter()
         source = SourceText(sql_text)
-        prepared = self._prepare(source)
+        statements = self._bind(source)
         executor = Executor(self.duckdb, lambda: self.engine, self.store, naive=naive)
+        samples = None if naive else SampleEvaluator(lambda: self.engine, self.store)
         nodes = []
         table = None
-        for bound, plan in prepared:
-            result = executor.run(plan, bound, source)
+        for bound in statements:
+            executor.check(bound, source)
+            stats = None
+            if bound.has_ai and not naive:
+                stats = RunStatistics(self.duckdb, lambda: self.engine.facts(), sampler=samples)
+            plan = plan_statement(bound, stats)
+            result = executor.run(plan, bound, source, samples)
             nodes.extend(result.nodes)
             if result.table is not None:
                 table = result.table
         info = self._engine.info if self._engine is not None and nodes else None
+        profile = hardware_profile(hardware, price_per_hour) if hardware else None
         stats = RunStats(
             model=info.name if info else resolve_model_spec(self._model_spec)[0],
             model_note=info.note if info else None,
             mode="naive" if naive else "planned",
             nodes=nodes,
             wall_s=time.perf_counter() - started,
+            hardware=profile.name if profile else None,
+            price_per_hour=profile.price_per_hour if profile else None,
         )
         return QueryResult(table=table, stats=stats, model=info)
 
-    def explain(self, sql_text: str) -> Explanation:
-        """Plans of every statement, with input counts per AI node from DuckDB (no model runs)."""
-        source = SourceText(sql_text)
-        prepared = self._prepare(source)
-        explanation = Explanation(plans=[plan for _, plan in prepared])
-        for _, plan in prepared:
-            for node in plan.nodes:
-                explanation.estimates[node.id] = estimate_input(self.duckdb, node)
-        return explanation
+    def explain(
+        self, sql_text: str, *, hardware: str = "cpu", price_per_hour: float | None = None, sample: int = 0
+    ) -> Explanation:
+        """Plans of every statement with cost estimates, plan vs naive. No model weights are loaded
+        unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate."""
+        from aisql.engine.loader import load_model_facts
 
-    def _prepare(self, source: SourceText) -> list[tuple[BoundStatement, Plan]]:
-        """Parse, bind and plan every statement before anything runs, so errors come first."""
-        prepared = []
+        source = SourceText(sql_text)
+        statements = self._bind(source)
+        facts_cache: list = []
+
+        def facts():
+            if not facts_cache:
+                facts_cache.append(self.engine.facts() if (self._engine is not None or sample) else load_model_facts(self._model_spec, warn=self._warn))
+            return facts_cache[0]
+
+        sampler = SampleEvaluator(lambda: self.engine, self.store) if sample else None
+        stats = RunStatistics(self.duckdb, facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0)
+        profile = hardware_profile(hardware, price_per_hour)
+        plans = [plan_statement(bound, stats) for bound in statements]
+        has_ai = any(p.nodes for p in plans)
+        estimates = [estimate_plan(p, stats, profile) if p.nodes else None for p in plans]
+        model = stats.model.name if has_ai and stats.model else None
+        return Explanation(plans=plans, estimates=estimates, hardware=profile, model=model)
+
+    def _bind(self, source: SourceText) -> list[BoundStatement]:
+        """Parse and bind every statement before anything runs, so front-end errors come first."""
+        statements = []
         calls_so_far = 0
         for statement in parse_script(source):
             bound = bind_statement(
                 statement, source, function_prefix=f"__aisql_{next(_RUNS)}_", first_call_number=calls_so_far + 1
             )
             calls_so_far += len(bound.calls)
-            prepared.append((bound, plan_statement(bound)))
-        return prepared
+            statements.append(bound)
+        return statements
 
     def close(self) -> None:
         self.duckdb.close()

@@ -92,9 +92,14 @@ def test_planned_equals_naive(make_connection, tiny_engine, name):
     if name in STREAMING:
         assert any(node.strategy == "streaming" for node in planned.stats.nodes)
     else:
-        # Never more work than naive: every prompt the plan sent, naive sent too; each only once.
-        assert set(planned_engine.texts) <= set(naive_engine.texts)
+        # Never more work than naive; each prompt asked once.
+        assert totals["computed_tokens"] <= naive.stats.totals()["computed_tokens"]
         assert len(planned_engine.texts) == len(set(planned_engine.texts))
+        written_order = sorted((n.node for n in planned.stats.nodes), key=lambda i: int(i.split("_")[1]))
+        if [n.node for n in planned.stats.nodes] == written_order:
+            # Same order as naive: every prompt the plan sent, naive sent too (but for samples).
+            extra = set(planned_engine.texts) - set(naive_engine.texts)
+            assert len(extra) <= totals["prompts_sampled"]
     # Naive sends every row on its own.
     naive_totals = naive.stats.totals()
     assert naive_totals["forward_passes"] >= naive_totals["prompts_total"]
@@ -130,8 +135,8 @@ def test_same_prompt_in_two_calls_is_evaluated_once(make_connection):
 
 def test_second_ai_filter_only_sees_rows_passing_the_first(make_connection):
     result = make_connection().run(QUERIES["two_ai_filters"])
-    first, second = result.stats.nodes
-    con = make_connection()
-    sporty = con.run("SELECT count(*) AS n FROM customers WHERE id <= 20 AND AI.IF(PROMPT('{profile} is sporty'))").table
+    first, second = result.stats.nodes  # in the order they ran
+    predicate = "AI.IF(PROMPT('{profile} is sporty'))" if "sporty" in first.function else "AI.IF(PROMPT('{name} sounds friendly'))"
+    passing = make_connection().run(f"SELECT count(*) AS n FROM customers WHERE id <= 20 AND {predicate}").table
     assert first.prompts_total == 20  # the plain filter id <= 20 ran first
-    assert second.prompts_total == sporty.column("n")[0].as_py()
+    assert second.prompts_total == passing.column("n")[0].as_py()

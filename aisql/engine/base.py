@@ -70,6 +70,7 @@ class EngineStats:
     kv_regret_tokens: int = 0  # tokens computed although they had been computed before
     kv_evicted_bytes: int = 0
     generated_tokens: int = 0
+    flops: float = 0.0  # of the token positions run (kept, padded positions excluded)
     decode_passes: int = 0  # forward passes of the decode loop (tokens per pass = generated / passes)
     draft_tokens: int = 0  # speculative tokens proposed and verified
     draft_accepted_tokens: int = 0  # of those, equal to the model's own greedy choice
@@ -105,6 +106,33 @@ class ModelInfo:
 
     def label(self) -> str:
         return f"{self.name} ({self.note})" if self.note else self.name
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """A model's size and shape, for FLOPs and memory (from its config; no weights needed)."""
+
+    name: str
+    params: int  # weights multiplied per token in the decoder (embeddings and output head excluded)
+    layers: int
+    attention_width: int  # query heads x head dim
+    kv_bytes_per_token: int
+    weight_bytes: int
+
+    def flops(self, tokens: int, start: int) -> float:
+        """FLOPs of `tokens` tokens at positions start.. : weights plus attention to their prefix."""
+        if tokens <= 0:
+            return 0.0
+        return tokens * 2.0 * self.params + 4.0 * self.layers * self.attention_width * tokens * (start + (tokens - 1) / 2)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What planning needs of a model without running it: its prompt format and its shape."""
+
+    format: object  # aisql.engine.prompt_format.PromptFormat
+    profile: ModelProfile
+    encode_label: object  # (label: str) -> tuple[int, ...]
 
 
 @runtime_checkable

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch
 
-from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelInfo, ScoreRequest
+from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelFacts, ModelInfo, ScoreRequest
 from aisql.engine.model_runner import BatchOutput, ModelRunner
 from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
 from aisql.engine.radix import RadixCache
@@ -60,6 +60,9 @@ class HFEngine(EncodesPrompts):
         self.stop_ids = _stop_ids(model, tokenizer)
         self._lock = threading.RLock()
         self._claims: dict = {}
+
+    def facts(self) -> ModelFacts:
+        return ModelFacts(format=self.format, profile=self.runner.profile, encode_label=self.encode_label)
 
     def reset_cache(self) -> None:
         """Forget every cached prefix and its history (KV, structure, regret bookkeeping)."""
@@ -152,7 +155,8 @@ class HFEngine(EncodesPrompts):
                 positions[r] = torch.arange(start, start + width, device=self.device)
             hidden = self.runner.forward(ids, cache, attention_mask=mask, position_ids=positions)
             real = sum(len(label) - 1 for _, _, label in chunk)
-            self.stats.computed_tokens += real
+            for b, _, label in chunk:
+                self.runner.count(len(label) - 1, out.prefix_lengths[b] + out.lengths[b])
             self.stats.padding_tokens += len(chunk) * width - real
             logprobs = torch.log_softmax(self.runner.logits(hidden), dim=-1)
             for r, (b, k, label) in enumerate(chunk):
@@ -243,8 +247,9 @@ class HFEngine(EncodesPrompts):
                 # Slots of rejected draft tokens hold KV of tokens that are not in the sequence.
                 mask[row, mask.shape[1] - width + 1 + accepted :] = 0
                 pending[b] = draft[:accepted] + [greedy[row][accepted]]
+                self.runner.count(1 + accepted, positions[b])
+                self.stats.flops += self.runner.profile.flops(len(draft) - accepted, positions[b] + 1 + accepted)
                 positions[b] += 1 + accepted
-                self.stats.computed_tokens += 1 + accepted
                 self.stats.draft_tokens += len(draft)
                 self.stats.draft_accepted_tokens += accepted
                 self.stats.padding_tokens += width - 1 - len(draft)

@@ -67,6 +67,63 @@ def load_engine(
         return _load("tiny", options)
 
 
+def load_model_facts(spec: str | None = None, warn: Callable[[str], None] | None = None):
+    """The model's prompt format and shape, without its weights (for `aisql explain`)."""
+    import torch
+    import transformers
+    from transformers import AutoTokenizer
+
+    from aisql.engine.base import ModelFacts
+    from aisql.engine.profile import profile_from_config
+    from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
+
+    name, is_default = resolve_model_spec(spec)
+    try:
+        directory, label = _model_directory(name)
+    except ModelError as err:
+        if not is_default:
+            raise
+        if warn is not None:
+            warn(f"warning: cannot find the default model {name} ({err.message}); estimating for 'tiny'")
+        directory, label = _model_directory("tiny")
+    transformers.utils.logging.set_verbosity_error()
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    encoder = EncodesPrompts()
+    encoder.format = PromptFormat(tokenizer)
+    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return ModelFacts(format=encoder.format, profile=profile_from_config(directory, label, dtype), encode_label=encoder.encode_label)
+
+
+def _model_directory(name: str) -> tuple[Path, str]:
+    """Where a spec's files are (building `tiny`, downloading config and tokenizer if needed)."""
+    if name.lower() == "tiny":
+        from aisql.engine.tiny import tiny_model_dir
+
+        return tiny_model_dir(), "tiny"
+    if name.lower().startswith("vllm:"):
+        name = name[len("vllm:") :]
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise ModelError(f"{name} is not a model directory (it has no config.json)")
+        return path, name
+    if not _HUB_ID.match(name):
+        raise ModelError(f"unknown model {name!r}", hint="use 'tiny', a Hugging Face id or a local model directory")
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+    try:
+        return Path(snapshot_download(name, local_files_only=True, allow_patterns=patterns)), name
+    except Exception:
+        endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+        if os.environ.get("HF_HUB_OFFLINE") or not _reachable(endpoint):
+            raise ModelError(f"{name} is not in the local Hugging Face cache and {endpoint} is unreachable") from None
+        try:
+            return Path(snapshot_download(name, allow_patterns=patterns)), name
+        except Exception as err:
+            raise ModelError(f"cannot download {name}'s configuration: {type(err).__name__}") from None
+
+
 def _load(name: str, options: EngineOptions) -> Engine:
     lowered = name.lower()
     if lowered == "tiny":

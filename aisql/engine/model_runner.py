@@ -16,6 +16,7 @@ from typing import Sequence
 import torch
 
 from aisql.engine.base import EngineStats
+from aisql.engine.profile import model_profile
 from aisql.engine.radix import LayerKV, RadixCache, RadixNode
 
 
@@ -51,17 +52,17 @@ class ModelRunner:
         self._logit_scale = getattr(config, "logit_scale", None)
         self._logits_scaling = getattr(config, "logits_scaling", None)
         self.bytes_per_token, self.supports_prefix_cache = self._probe_cache()
-        decoder_params = sum(p.numel() for n, p in self.decoder.named_parameters() if "embed" not in n)
-        hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", 0)
-        layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", 0)
-        self._flops_per_token = 2.0 * decoder_params
-        self._attention_flops_per_position = 4.0 * layers * hidden
+        self.profile = model_profile(model, getattr(config, "_name_or_path", "") or "model")
 
     # ---- facts -----------------------------------------------------------------------------
     def recompute_cost(self, start: int, end: int) -> float:
         """FLOPs to run tokens [start, end) given their prefix: weights + attention over the prefix."""
-        n = end - start
-        return n * self._flops_per_token + self._attention_flops_per_position * n * (start + end - 1) / 2
+        return self.profile.flops(end - start, start)
+
+    def count(self, tokens: int, start: int) -> None:
+        """Account `tokens` real positions run at positions start.. (padding is not counted)."""
+        self.stats.computed_tokens += tokens
+        self.stats.flops += self.profile.flops(tokens, start)
 
     def _probe_cache(self) -> tuple[int, bool]:
         """Bytes of KV per token, and whether the cache is plain per-layer keys/values
@@ -96,7 +97,8 @@ class ModelRunner:
             mask[b, width : width + lengths[b]] = 1
             positions[b] = torch.arange(row.prefix_len, row.prefix_len + span, device=self.device)
         real = sum(lengths)
-        self.stats.computed_tokens += real
+        for row, length in zip(rows, lengths):
+            self.count(length, row.prefix_len)
         self.stats.padding_tokens += batch * span - real
         # With no prefix padding, right padding needs no mask (causal attention never looks ahead).
         needs_mask = width and any(p != width for p in prefix_lengths)

@@ -34,6 +34,21 @@ class PromptFormat:
         text = label if self.uses_chat_template else " " + label
         return tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def frame(self, instruction: str) -> tuple[str, str]:
+        """The text around the user's text: (before, after). For chat templates that cannot be
+        split around a sentinel, an approximation from rendering an empty text."""
+        if not self.uses_chat_template:
+            before, after = PLAIN_FORMAT.split("{text}")
+            return before.format(instruction=instruction), after
+        if instruction not in self._split:
+            self._split[instruction] = self._split_template(instruction)
+        split = self._split[instruction]
+        return split if split is not None else (self._apply_chat(instruction, ""), "")
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Token counts of raw strings as the model would tokenize them within a prompt."""
+        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
     def render(self, instruction: str, texts: Sequence[str]) -> list[str]:
         if not self.uses_chat_template:
             return [PLAIN_FORMAT.format(instruction=instruction, text=t) for t in texts]

@@ -70,6 +70,13 @@ class VLLMEngine(EncodesPrompts):
         self.stats = EngineStats()
         self.stop_ids = [t for t in {tokenizer.eos_token_id} if t is not None]
 
+    def facts(self):
+        from aisql.engine.base import ModelFacts
+        from aisql.engine.profile import profile_from_config
+
+        profile = profile_from_config(self.info.name[len("vllm:") :], self.info.name, "auto")
+        return ModelFacts(format=self.format, profile=profile, encode_label=self.encode_label)
+
     def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:
         SamplingParams = self._vllm.SamplingParams
         firsts = [sorted({label[0] for label in r.label_ids}) for r in requests]

@@ -44,7 +44,21 @@ class Executor:
         self.naive = naive
         self.lock = threading.RLock()
 
-    def run(self, plan: Plan, bound: BoundStatement, source: SourceText) -> StatementResult:
+    def check(self, bound: BoundStatement, source: SourceText) -> None:
+        """Bind the statement in DuckDB before any model work (sampling included): the AI calls
+        are registered as functions that must not be called."""
+        if not bound.has_ai:
+            return
+        errors = udf.UdfErrors()
+        for call in bound.calls:
+            udf.register_placeholder(self.con, call, errors)
+        try:
+            self._duckdb(lambda: _bind_check(self.con, bound.ast), bound, source, errors)
+        finally:
+            for call in bound.calls:
+                udf.remove(self.con, call.function_name)
+
+    def run(self, plan: Plan, bound: BoundStatement, source: SourceText, samples=None) -> StatementResult:
         if plan.is_relational_only:
             return StatementResult(self._duckdb(lambda: _fetch(self.con.sql(plan.final_sql)), bound, source), [])
         errors = udf.UdfErrors()
@@ -52,7 +66,7 @@ class Executor:
         for runtime in runtimes:
             udf.register(self.con, runtime, self.naive, errors)
         try:
-            self._duckdb(lambda: _bind_check(self.con, plan), bound, source, errors)
+            self._duckdb(lambda: _bind_check(self.con, plan.final_ast), bound, source, errors)
             if not self.naive:
                 for runtime in runtimes:
                     if runtime.node.strategy is Strategy.PREFETCH:
@@ -61,9 +75,12 @@ class Executor:
         finally:
             for runtime in runtimes:
                 udf.unregister(self.con, runtime)
-        if self.naive:
-            for runtime in runtimes:
+        for runtime in runtimes:
+            if self.naive:
                 runtime.stats.strategy = "naive"
+            if samples is not None and runtime.node.id in samples.work:
+                runtime.stats.prompts_sampled += samples.prompts[runtime.node.id]
+                runtime.stats.add_engine(samples.work[runtime.node.id])
         return StatementResult(table, [r.stats for r in runtimes])
 
     def _prefetch(self, runtime: NodeRuntime, bound: BoundStatement, source: SourceText, errors: udf.UdfErrors) -> None:
@@ -89,11 +106,10 @@ class Executor:
             raise translate(err, bound, source) from None
 
 
-def _bind_check(con: duckdb.DuckDBPyConnection, plan: Plan) -> None:
-    """Bind (not run) the query part of the final statement: `con.sql` on a query only binds."""
-    ast = plan.final_ast
+def _bind_check(con: duckdb.DuckDBPyConnection, ast: exp.Expression) -> None:
+    """Bind (not run) the query part of a statement: `con.sql` on a query only binds."""
     if isinstance(ast, exp.Query):
-        con.sql(plan.final_sql)
+        con.sql(ast.sql(dialect="duckdb"))
         return
     inner = ast.args.get("expression")  # CREATE TABLE ... AS <query>, INSERT INTO ... <query>
     if isinstance(inner, exp.Query):

@@ -23,6 +23,7 @@ class NodeStats:
     prompts_cached: int = 0  # distinct prompts already answered (by another node of this run)
     prompts_evaluated: int = 0  # distinct prompts sent to the model
     prompts_late: int = 0  # prompts the final query needed that prefetch did not cover
+    prompts_sampled: int = 0  # prompts evaluated before planning to measure selectivity
     logical_tokens: int = 0  # tokens naive execution would run through the model
     computed_tokens: int = 0  # tokens actually run through the model (padding excluded)
     kv_hit_tokens: int = 0  # prompt tokens read from the prefix KV cache
@@ -34,6 +35,7 @@ class NodeStats:
     decode_passes: int = 0
     draft_tokens: int = 0  # speculative tokens verified
     draft_accepted_tokens: int = 0
+    flops: float = 0.0
     peak_kv_bytes: int = 0
     wall_s: float = 0.0
 
@@ -45,6 +47,7 @@ class NodeStats:
 
 _FROM_ENGINE = (
     "computed_tokens",
+    "flops",
     "kv_hit_tokens",
     "kv_regret_tokens",
     "kv_evicted_bytes",
@@ -64,6 +67,7 @@ _SUMMED = (
     "prompts_cached",
     "prompts_evaluated",
     "prompts_late",
+    "prompts_sampled",
     "logical_tokens",
 ) + _FROM_ENGINE
 
@@ -79,6 +83,9 @@ class RunStats:
     def totals(self) -> dict[str, int]:
         return {key: sum(getattr(n, key) for n in self.nodes) for key in _SUMMED}
 
+    hardware: str | None = None  # the profile whose price the run is costed at
+    price_per_hour: float | None = None
+
     def to_dict(self) -> dict:
         data = {"model": self.model, "model_note": self.model_note, "mode": self.mode}
         data.update(self.totals())
@@ -88,6 +95,9 @@ class RunStats:
         passes = data["decode_passes"]
         data["tokens_per_decode_pass"] = round(data["generated_tokens"] / passes, 3) if passes else None
         data["wall_s"] = round(self.wall_s, 4)
+        if self.price_per_hour is not None:
+            data["hardware"] = self.hardware
+            data["usd"] = round(self.wall_s * self.price_per_hour / 3600, 8)
         data["nodes"] = [{**asdict(n), "wall_s": round(n.wall_s, 4)} for n in self.nodes]
         return data
 

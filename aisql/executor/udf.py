@@ -60,7 +60,21 @@ def register(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime, naive: bool, 
 
 
 def unregister(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime) -> None:
+    remove(con, runtime.call.function_name)
+
+
+def register_placeholder(con: duckdb.DuckDBPyConnection, call, errors: UdfErrors) -> None:
+    """A function with the call's signature that must never run (for binding checks)."""
+
+    def never(*args):
+        raise RuntimeError(f"{call.function_name} was called while only binding the statement")
+
+    params = [duckdb.sqltype("VARCHAR")] * call.arity
+    con.create_function(call.function_name, errors.guard(never, call.arity), params, duckdb.sqltype(call.kind.sql_type), type="native", side_effects=True)
+
+
+def remove(con: duckdb.DuckDBPyConnection, function_name: str) -> None:
     try:
-        con.remove_function(runtime.call.function_name)
-    except Exception:  # already gone (e.g. the connection was closed)
+        con.remove_function(function_name)
+    except Exception:  # already gone
         pass

@@ -1,7 +1,8 @@
-"""Render plans: a rich tree for people, a dict (JSON) for programs.
+"""Render plans with their cost estimates: a rich tree for people, a dict (JSON) for programs.
 
-Counts per AI node come from `aisql.executor.estimate` (DuckDB, no model), so the planner's
-explain stays a pure function of plans and numbers.
+Per AI node: rows in, prompts total and unique, then tokens, FLOPs, time and money for the plan
+next to naive execution; totals at the end. Counts are exact where a node's input needs no AI
+answer, estimates (scaled by the selectivities shown) where earlier AI predicates shrink it.
 """
 
 from __future__ import annotations
@@ -11,13 +12,34 @@ from typing import Sequence
 
 from rich.tree import Tree
 
-from aisql.planner.plan import Plan
+from aisql.planner.cost import NodeEstimate, PlanEstimate, Side
+from aisql.planner.plan import AINode, Plan, Strategy
 
 
-def plan_to_dict(plan: Plan, estimates: dict) -> dict:
+def quality(node: AINode, est: NodeEstimate | None) -> str:
+    if est is None or est.quality == "unknown":
+        return "unknown"
+    if node.strategy is Strategy.STREAMING:
+        return "upper bound"
+    return "exact" if est.input_factor == 1.0 else "estimate"
+
+
+def _side(side: Side) -> dict:
+    return {
+        "prompts": round(side.prompts),
+        "tokens": round(side.tokens),
+        "flops": side.flops,
+        "time_s": side.time_s,
+        "usd": side.usd,
+    }
+
+
+def plan_to_dict(plan: Plan, estimate: PlanEstimate | None) -> dict:
     nodes = []
     for node in plan.nodes:
-        est = estimates.get(node.id)
+        est = estimate.node(node.id) if estimate else None
+        q = quality(node, est)
+        known = q != "unknown"
         nodes.append(
             {
                 "id": node.id,
@@ -29,48 +51,83 @@ def plan_to_dict(plan: Plan, estimates: dict) -> dict:
                 "strategy": node.strategy.value,
                 "note": node.note,
                 "depends_on": list(node.depends_on),
-                "rows_in": est.rows_in if est else None,
-                "prompts_total": est.prompts_total if est else None,
-                "prompts_unique": est.prompts_unique if est else None,
-                "estimate": est.quality if est else "unknown",
+                "anchor": node.anchor,
+                "estimate": q,
                 "estimate_reason": est.reason if est else "",
+                "rows_in": round(est.rows_in) if known else None,
+                "prompts_total": round(est.prompts_total) if known else None,
+                "prompts_unique": round(est.prompts_unique) if known else None,
+                "input_factor": est.input_factor if known else None,
+                "selectivity": {"value": est.selectivity.value, "source": est.selectivity.source} if known and est.selectivity else None,
+                "tokens_per_prompt": est.tokens_per_prompt if known else None,
+                "computed_tokens_without_prefix_cache": round(est.computed_without_prefix_cache) if known else None,
+                "plan": _side(est.plan) if known else None,
+                "naive": _side(est.naive) if known else None,
                 "input_sql": node.input_sql,
             }
         )
-    return {"statement": plan.statement_sql.strip(), "final_sql": plan.final_sql, "ai_nodes": nodes}
+    data = {"statement": plan.statement_sql.strip(), "final_sql": plan.final_sql, "ai_nodes": nodes}
+    if estimate is not None:
+        data["totals"] = {"plan": _side(estimate.plan), "naive": _side(estimate.naive)}
+    return data
 
 
-def plans_tree(plans: Sequence[Plan], estimates: dict) -> Tree:
-    root = Tree("[bold]Plan[/bold]")
-    for index, plan in enumerate(plans, start=1):
+def plans_tree(plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], header: str = "") -> Tree:
+    root = Tree("[bold]Plan[/bold]" + (f"  [dim]{header}[/dim]" if header else ""))
+    for index, (plan, estimate) in enumerate(zip(plans, estimates), start=1):
         first = " ".join(_without_comments(plan.statement_sql).split())
         if len(first) > 90:
             first = first[:87] + "..."
         stmt = root.add(f"[bold]statement {index}[/bold]: {first}")
         final = stmt.add("[cyan]DuckDB[/cyan] final query" + ("" if plan.nodes else " (no AI calls)"))
         for node in plan.nodes:
-            est = estimates.get(node.id)
-            label = (
+            est = estimate.node(node.id) if estimate else None
+            anchor = f", anchor {node.anchor}" if node.anchor else ""
+            branch = final.add(
                 f"[magenta]{node.role.value}[/magenta] {node.id} {node.call.describe()}  "
                 f"[dim]line {node.call.line}, {node.location.clause.value} of {node.location.scope_name}, "
-                f"{node.strategy.value}[/dim]"
+                f"{node.strategy.value}{anchor}[/dim]"
             )
-            branch = final.add(label)
-            if est is None or est.quality == "unknown":
+            q = quality(node, est)
+            if q == "unknown":
                 reason = f" ({est.reason})" if est and est.reason else ""
                 branch.add(f"rows in: ?  prompts total: ?  prompts unique: ?{reason}")
             else:
-                bound = "≤ " if est.quality == "upper bound" else ""
-                reason = f"  [dim]({est.reason})[/dim]" if est.reason else ""
+                mark = {"exact": "", "estimate": "~", "upper bound": "≤ "}[q]
                 branch.add(
-                    f"rows in: {bound}{est.rows_in:,}  prompts total: {bound}{est.prompts_total:,}  "
-                    f"prompts unique: {bound}{est.prompts_unique:,}{reason}"
+                    f"rows in: {mark}{est.rows_in:,.0f}  prompts total: {mark}{est.prompts_total:,.0f}  "
+                    f"prompts unique: {mark}{est.prompts_unique:,.0f}"
                 )
+                branch.add(_cost_line(est.naive, est.plan))
+                if est.selectivity is not None or est.input_factor != 1.0:
+                    sel = f"selectivity {est.selectivity.value:.2f} ({est.selectivity.source})" if est.selectivity else ""
+                    share = f"input {est.input_factor:.0%} of its AI-free rows" if est.input_factor != 1.0 else ""
+                    branch.add("[dim]" + " · ".join(p for p in (sel, share) if p) + "[/dim]")
             if node.depends_on:
                 branch.add(f"[dim]after: {', '.join(node.depends_on)} (uses their answers to filter its input)[/dim]")
-            if node.note and node.strategy.value == "streaming":
+            if node.note and node.strategy is Strategy.STREAMING:
                 branch.add(f"[dim]{node.note}[/dim]")
+        if estimate is not None and plan.nodes:
+            stmt.add("[bold]total[/bold]  " + _cost_line(estimate.naive, estimate.plan))
     return root
+
+
+def _cost_line(naive: Side, plan: Side) -> str:
+    ratio = f" ({naive.tokens / plan.tokens:.1f}x fewer)" if plan.tokens else ""
+    line = f"tokens naive {naive.tokens:,.0f} → plan {plan.tokens:,.0f}{ratio}"
+    if naive.flops:
+        line += f" · FLOPs {naive.flops:.2e} → {plan.flops:.2e}"
+    if naive.time_s:
+        line += f" · time ≥ {_duration(naive.time_s)} → {_duration(plan.time_s)} · ${naive.usd:.4f} → ${plan.usd:.4f}"
+    return line
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.1f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
 
 
 def _without_comments(sql: str) -> str:

@@ -8,7 +8,9 @@ from aisql.planner.scope import locate, role_of
 from aisql.sql.bind import BoundStatement
 
 
-def plan_statement(bound: BoundStatement, rules=RULES) -> Plan:
+def plan_statement(bound: BoundStatement, stats=None, rules=RULES) -> Plan:
+    """The plan of one statement. `stats` (aisql.planner.statistics.Statistics) informs the
+    cost-based rules; without it they keep the written order."""
     all_names = {c.function_name.upper() for c in bound.calls}
     nodes = []
     for call in bound.calls:
@@ -21,5 +23,5 @@ def plan_statement(bound: BoundStatement, rules=RULES) -> Plan:
         nodes=tuple(nodes),
     )
     for rule in rules:
-        plan = rule(plan)
+        plan = rule(plan, stats)
     return plan

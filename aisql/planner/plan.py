@@ -73,6 +73,8 @@ class AINode:
     estimate_is_upper_bound: bool = False  # AI predicates were dropped from estimate_sql's filters
     depends_on: tuple[str, ...] = ()
     note: str = ""  # why streaming, or what the input covers
+    anchor: str | None = None  # AI joins: the table whose rows are the outer loop
+    anchor_args: tuple[int, ...] = ()  # the arguments read from the anchor table
 
     @property
     def id(self) -> str:

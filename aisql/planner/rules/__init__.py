@@ -1,10 +1,24 @@
-"""Planner rules, applied in order by `aisql.planner.optimizer.plan_statement`."""
+"""Planner rules, applied in order by `aisql.planner.optimizer.plan_statement`.
 
+Each rule is a function (plan, statistics) -> plan; rules that need no statistics ignore them.
+"""
+
+from aisql.planner.rules.choose_anchor import choose_anchor
 from aisql.planner.rules.choose_strategy import choose_strategy
-from aisql.planner.rules.derive_inputs import derive_inputs
+from aisql.planner.rules.derive_inputs import derive_estimates, derive_inputs
 from aisql.planner.rules.order_filters import order_filters
 from aisql.planner.rules.order_nodes import order_nodes
+from aisql.planner.rules.order_predicates import order_predicates
 
-RULES = (order_nodes, order_filters, choose_strategy, derive_inputs)
+RULES = (order_nodes, derive_estimates, order_predicates, choose_anchor, order_filters, choose_strategy, derive_inputs)
 
-__all__ = ["RULES", "choose_strategy", "derive_inputs", "order_filters", "order_nodes"]
+__all__ = [
+    "RULES",
+    "choose_anchor",
+    "choose_strategy",
+    "derive_estimates",
+    "derive_inputs",
+    "order_filters",
+    "order_nodes",
+    "order_predicates",
+]

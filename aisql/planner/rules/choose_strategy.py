@@ -17,7 +17,7 @@ from aisql.planner.plan import AINode, Clause, Plan, Strategy
 from aisql.planner.scope import find_bound_call
 
 
-def choose_strategy(plan: Plan) -> Plan:
+def choose_strategy(plan: Plan, stats=None) -> Plan:
     return dataclasses.replace(plan, nodes=tuple(_choose(node) for node in plan.nodes))
 
 

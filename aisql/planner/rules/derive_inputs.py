@@ -1,8 +1,9 @@
-"""Rule: give every prefetched node its input relation, with plain filters pushed below it.
+"""Rules: give every node its input relation, with plain filters pushed below it.
 
-Each node may filter its input by the answers of the nodes ordered before it (their bound calls
-are then lookups). The estimate variant assumes no answers at all, so `explain` can count rows
-without running a model. A node whose input cannot be derived streams instead.
+`derive_estimates` (early, order-independent): the input with no AI answer known — what
+statistics and `explain` count without running a model. `derive_inputs` (last): the input given
+the final order, filtered by the answers of the nodes ordered before it (their bound calls are
+then lookups). A node whose input cannot be derived streams instead.
 """
 
 from __future__ import annotations
@@ -14,15 +15,24 @@ from aisql.planner.plan import Plan, Strategy
 from aisql.planner.scope import find_bound_call
 
 
-def derive_inputs(plan: Plan) -> Plan:
+def derive_estimates(plan: Plan, stats=None) -> Plan:
+    all_names = {n.function_name.upper() for n in plan.nodes}
+    nodes = []
+    for node in plan.nodes:
+        estimate_sql, dropped = build_input_sql(node, set(), all_names)
+        nodes.append(dataclasses.replace(node, estimate_sql=estimate_sql, estimate_is_upper_bound=dropped))
+    return dataclasses.replace(plan, nodes=tuple(nodes))
+
+
+def derive_inputs(plan: Plan, stats=None) -> Plan:
     all_names = {n.function_name.upper() for n in plan.nodes}
     available: set[str] = set()
     nodes = []
     for node in plan.nodes:
         input_sql, _ = build_input_sql(node, available, all_names)
-        estimate_sql, dropped_in_estimate = build_input_sql(node, set(), all_names)
+        estimate_sql = node.estimate_sql
         # The estimate over-counts only if it dropped an AI filter that the run applies.
-        upper_bound = dropped_in_estimate and (input_sql is None or estimate_sql != input_sql)
+        upper_bound = node.estimate_is_upper_bound and (input_sql is None or estimate_sql != input_sql)
         depends = tuple(
             other.id
             for other in plan.nodes
@@ -36,7 +46,6 @@ def derive_inputs(plan: Plan) -> Plan:
             dataclasses.replace(
                 node,
                 input_sql=input_sql if node.strategy is Strategy.PREFETCH else None,
-                estimate_sql=estimate_sql,
                 estimate_is_upper_bound=upper_bound,
                 depends_on=depends,
             )

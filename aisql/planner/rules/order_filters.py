@@ -18,7 +18,7 @@ from aisql.planner.plan import Plan
 from aisql.planner.scope import bound_call_names, locate
 
 
-def order_filters(plan: Plan) -> Plan:
+def order_filters(plan: Plan, stats=None) -> Plan:
     if not plan.nodes:
         return plan
     position = {node.function_name.upper(): i for i, node in enumerate(plan.nodes)}

@@ -15,7 +15,7 @@ from aisql.planner.inputs import needs_grouping
 from aisql.planner.plan import AINode, Plan
 
 
-def order_nodes(plan: Plan) -> Plan:
+def order_nodes(plan: Plan, stats=None) -> Plan:
     def key(indexed):
         position, node = indexed
         loc = node.location

@@ -1,0 +1,193 @@
+"""The planner's statistics at run and explain time: DuckDB counts, the model's tokenizer, samples.
+
+Counts come from each node's estimate query (its input with no AI answer known). Token counts come
+from the model's own tokenizer on a deterministic sample of the node's prompts. Selectivity comes
+from the node's hint, else — when a sampler is given — from running the predicate on a sample of
+its input (the answers go to the answer store, so the run reuses them), else a default.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import duckdb
+
+from aisql.executor.tasks import task_for
+from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN, AINode
+from aisql.planner.rules.choose_anchor import argument_tables
+from aisql.engine.base import ModelFacts
+from aisql.planner.statistics import DEFAULT_SELECTIVITY, InputProfile, Selectivity, TokenProfile
+from aisql.sql.calls import AIKind
+
+TOKEN_SAMPLE = 48
+SELECTIVITY_SAMPLE = 32
+
+# (node, sampled argument tuples with their row counts) -> the node's SQL value per tuple
+Sampler = Callable[[AINode, list[tuple]], list]
+
+
+class RunStatistics:
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        facts: Callable[[], ModelFacts] | None,
+        sampler: Sampler | None = None,
+        sample_size: int = SELECTIVITY_SAMPLE,
+        min_sampling_ratio: float = 4.0,
+    ) -> None:
+        """`facts` gives the model's tokenizer and shape when first needed (None: counts only)."""
+        self.con = con
+        self._facts_provider = facts
+        self._facts: ModelFacts | None = None
+        self.sampler = sampler
+        self.sample_size = sample_size
+        # Sample only inputs at least this many times the sample: a sample is then at most a
+        # 1/ratio share of the predicate's own work (smaller inputs keep the default order).
+        self.min_sampling_ratio = min_sampling_ratio
+        self._inputs: dict[str, InputProfile | None] = {}
+        self._tokens: dict[str, TokenProfile | None] = {}
+        self._selectivity: dict[str, Selectivity] = {}
+        self._distinct: dict[tuple, int | None] = {}
+
+    @property
+    def facts(self) -> ModelFacts | None:
+        if self._facts is None and self._facts_provider is not None:
+            self._facts = self._facts_provider()
+        return self._facts
+
+    @property
+    def model(self):
+        return self.facts.profile if self.facts else None
+
+    # ---- counts -----------------------------------------------------------------------------
+    def input_profile(self, node: AINode) -> InputProfile | None:
+        if node.id not in self._inputs:
+            self._inputs[node.id] = self._count(node)
+        return self._inputs[node.id]
+
+    def _count(self, node: AINode) -> InputProfile | None:
+        if node.estimate_sql is None:
+            return None
+        arity = node.call.arity
+        names = [f"{ARG_PREFIX}{i}" for i in range(arity)]
+        not_null = " AND ".join(f"{n} IS NOT NULL" for n in names)
+        source = f"({node.estimate_sql}) AS __aisql_counted"
+        try:
+            rows_in, total = self.con.execute(
+                f"SELECT coalesce(sum({COUNT_COLUMN}), 0), coalesce(sum({COUNT_COLUMN}) FILTER (WHERE {not_null}), 0) FROM {source}"
+            ).fetchone()
+            distinct = []
+            for k in range(1, arity + 1):
+                columns = ", ".join(names[:k])
+                distinct.append(
+                    self.con.execute(f"SELECT count(*) FROM (SELECT DISTINCT {columns} FROM {source} WHERE {not_null})").fetchone()[0]
+                )
+        except duckdb.Error:
+            return None  # e.g. a table an earlier statement of the script creates
+        return InputProfile(int(rows_in), int(total), tuple(int(d) for d in distinct), frozenset(self._tables(node)))
+
+    def distinct(self, node: AINode, tables: frozenset[str]) -> int | None:
+        key = (node.id, tables)
+        if key not in self._distinct:
+            columns = [f"{ARG_PREFIX}{i}" for i, t in enumerate(argument_tables(node)) if t and t <= tables]
+            value = None
+            if columns and node.estimate_sql is not None:
+                try:
+                    value = self.con.execute(
+                        f"SELECT count(*) FROM (SELECT DISTINCT {', '.join(columns)} FROM ({node.estimate_sql}) AS q)"
+                    ).fetchone()[0]
+                except duckdb.Error:
+                    value = None
+            self._distinct[key] = value
+        return self._distinct[key]
+
+    @staticmethod
+    def _tables(node: AINode) -> set[str]:
+        tables = argument_tables(node)
+        return set().union(*tables) if tables else set()
+
+    # ---- tokens -----------------------------------------------------------------------------
+    def token_profile(self, node: AINode) -> TokenProfile | None:
+        if node.id not in self._tokens:
+            self._tokens[node.id] = self._measure_tokens(node)
+        return self._tokens[node.id]
+
+    def _measure_tokens(self, node: AINode) -> TokenProfile | None:
+        sample = self.sample(node, TOKEN_SAMPLE)
+        if sample is None or self.facts is None:
+            return None
+        fmt = self.facts.format
+        task = task_for(node.call)
+        before, after = fmt.frame(task.instruction)
+        template = node.call.template
+        shared = fmt.count_tokens([before + template.parts[0]])[0]
+        arity = node.call.arity
+        segments = [0.0] * arity
+        tails = []
+        for values, _ in sample or []:
+            prefixes = []
+            text = template.parts[0]
+            for slot, part in zip(template.slots, template.parts[1:]):
+                text += values[slot] + part
+                prefixes.append(text)
+            counts = fmt.count_tokens([before + p for p in prefixes] + [before + text + after])
+            previous, deepest = shared, -1
+            # Arguments are numbered in order of first appearance: a gap belongs to the segment of
+            # the deepest argument seen so far (a value used again adds to that segment).
+            for slot, count in zip(template.slots, counts[:-1]):
+                deepest = max(deepest, slot)
+                segments[deepest] += count - previous
+                previous = count
+            tails.append(counts[-1] - previous)
+        n = max(1, len(sample or []))
+        label_tails = sum(len(self.facts.encode_label(label)) - 1 for label in task.labels)
+        output = float(task.max_tokens or 0) if node.call.kind is AIKind.GENERATE else 0.0
+        return TokenProfile(
+            shared=float(shared),
+            segments=tuple(s / n for s in segments),
+            tail=sum(tails) / n if tails else float(fmt.count_tokens([before + after])[0] - shared),
+            label_tails=label_tails,
+            output_tokens=output,
+            sampled=len(sample or []),
+        )
+
+    def sample(self, node: AINode, size: int) -> list[tuple[tuple, int]] | None:
+        """Up to `size` distinct non-NULL argument tuples of the node's AI-free input, with row
+        counts; deterministic (ordered by a hash of the tuple)."""
+        if node.estimate_sql is None:
+            return None
+        names = [f"{ARG_PREFIX}{i}" for i in range(node.call.arity)]
+        not_null = " AND ".join(f"{n} IS NOT NULL" for n in names)
+        columns = ", ".join(names)
+        sql = (
+            f"SELECT {columns}, sum({COUNT_COLUMN}) AS __aisql_rows FROM ({node.estimate_sql}) AS q "
+            f"WHERE {not_null} GROUP BY {columns} ORDER BY hash({columns}), {columns} LIMIT {int(size)}"
+        )
+        try:
+            rows = self.con.execute(sql).fetchall()
+        except duckdb.Error:
+            return None
+        return [(tuple(row[:-1]), int(row[-1])) for row in rows]
+
+    # ---- selectivity --------------------------------------------------------------------------
+    def selectivity(self, node: AINode) -> Selectivity:
+        if node.id not in self._selectivity:
+            self._selectivity[node.id] = self._selectivity_of(node)
+        return self._selectivity[node.id]
+
+    def _selectivity_of(self, node: AINode) -> Selectivity:
+        hint = node.call.hints.get("selectivity")
+        if hint is not None:
+            return Selectivity(float(hint), "hint")
+        profile = self.input_profile(node)
+        large_enough = profile is not None and profile.unique >= self.min_sampling_ratio * self.sample_size
+        if self.sampler is not None and node.call.kind is AIKind.IF and large_enough:
+            sample = self.sample(node, self.sample_size)
+            if sample:
+                answers = self.sampler(node, [values for values, _ in sample])
+                rows = sum(count for _, count in sample)
+                true_rows = sum(count for (_, count), answer in zip(sample, answers) if answer)
+                return Selectivity(true_rows / rows if rows else DEFAULT_SELECTIVITY, "sample", len(sample))
+        return Selectivity(DEFAULT_SELECTIVITY, "default")
+
+

@@ -1,0 +1,238 @@
+"""The cost model: prompts, tokens, FLOPs, time and money per AI node, planned and naive.
+
+Tokens follow the prefix tree the engine computes. A prompt is: a shared part (instruction, chat
+framing, the template's static prefix), then one segment per argument (its value and the literal
+text after it), then a tail (e.g. the assistant header). With prefix reuse the shared part is
+computed once, segment k once per distinct (a0..ak), and the tail once per distinct prompt; naive
+execution computes every prompt of every row in full.
+
+An AI predicate that runs earlier shrinks a node's input: by its selectivity if it reads a subset
+of the node's tables, or — through a join — by the chance that a tuple keeps at least one partner.
+Predicates are assumed independent.
+
+Time is a roofline: a pass costs at least its FLOPs at the hardware's reachable throughput and at
+least one read of the weights. It is a lower bound (no Python or kernel-launch overheads).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from aisql.planner.hardware import Hardware
+from aisql.planner.plan import AINode, Plan
+from aisql.planner.statistics import InputProfile, ModelProfile, Selectivity, Statistics, TokenProfile
+from aisql.sql.calls import AIKind
+
+BATCH_TOKENS = 16384  # tokens per planned forward pass (the engine's default budget on CPU)
+DECODE_BATCH = 64
+
+
+@dataclass(frozen=True)
+class Side:
+    """One execution's cost for a node: planned or naive."""
+
+    prompts: float  # prompts sent to the model
+    tokens: float  # tokens run through the model (prefill + decode)
+    flops: float
+    time_s: float
+    usd: float
+
+    def __add__(self, other: "Side") -> "Side":
+        return Side(*(a + b for a, b in zip(astuple_side(self), astuple_side(other))))
+
+
+def astuple_side(side: Side) -> tuple:
+    return (side.prompts, side.tokens, side.flops, side.time_s, side.usd)
+
+
+ZERO = Side(0, 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class NodeEstimate:
+    node: str
+    quality: str  # "estimate" | "unknown"
+    reason: str = ""
+    rows_in: float | None = None
+    prompts_total: float | None = None
+    prompts_unique: float | None = None
+    input_factor: float = 1.0  # share of its AI-free input that reaches the node
+    selectivity: Selectivity | None = None
+    tokens_per_prompt: float | None = None
+    computed_without_prefix_cache: float | None = None  # dedup only, every prompt in full
+    plan: Side = ZERO
+    naive: Side = ZERO
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["plan"], data["naive"] = asdict(self.plan), asdict(self.naive)
+        return data
+
+
+@dataclass
+class PlanEstimate:
+    hardware: Hardware
+    model: ModelProfile | None
+    nodes: list[NodeEstimate] = field(default_factory=list)
+
+    @property
+    def plan(self) -> Side:
+        return sum((n.plan for n in self.nodes), ZERO)
+
+    @property
+    def naive(self) -> Side:
+        return sum((n.naive for n in self.nodes), ZERO)
+
+    def node(self, node_id: str) -> NodeEstimate | None:
+        return next((n for n in self.nodes if n.node == node_id), None)
+
+
+# ---- pieces shared with the ordering rule ------------------------------------------------------
+
+
+def filters_rows(node: AINode) -> bool:
+    """Does the node drop rows through its TRUE/FALSE answer (an AI.IF in WHERE or ON)?"""
+    return node.call.kind is AIKind.IF and node.role.value in ("AIFilter", "AIJoin")
+
+
+def reduction(q: AINode, p: AINode, stats: Statistics) -> float:
+    """Factor by which running predicate `q` first shrinks `p`'s distinct input."""
+    if not filters_rows(q):
+        return 1.0
+    q_input, p_input = stats.input_profile(q), stats.input_profile(p)
+    s = stats.selectivity(q).value
+    if q_input is None or p_input is None:
+        return s
+    if not q_input.tables or q_input.tables <= p_input.tables:
+        return s
+    shared = q_input.tables & p_input.tables
+    if not shared:
+        return 1.0
+    groups = stats.distinct(q, frozenset(shared))
+    if not groups:
+        return s
+    partners = max(1.0, q_input.unique / groups)
+    return 1.0 - (1.0 - s) ** partners
+
+
+def computed_tokens(tokens: TokenProfile, prefix_distinct: tuple[float, ...], shared_paid: bool) -> float:
+    """Tokens the engine computes for a node's distinct prompts with prefix reuse."""
+    unique = prefix_distinct[-1] if prefix_distinct else 0.0
+    total = 0.0 if shared_paid else tokens.shared
+    total += sum(d * seg for d, seg in zip(prefix_distinct, tokens.segments))
+    total += unique * (tokens.tail + tokens.label_tails)
+    return total + decode_tokens(tokens, unique)
+
+
+def decode_tokens(tokens: TokenProfile, prompts: float) -> float:
+    return prompts * max(0.0, tokens.output_tokens - 1)
+
+
+def shrink(profile: InputProfile, factor: float) -> tuple[float, ...]:
+    """Distinct prefixes after keeping a `factor` share of the distinct tuples: a group of
+    prefix k survives if any of its tuples does."""
+    unique = profile.unique
+    out = []
+    for d in profile.prefix_distinct:
+        if d <= 0 or unique <= 0:
+            out.append(0.0)
+            continue
+        members = unique / d
+        out.append(d * (1.0 - (1.0 - factor) ** members) if factor < 1.0 else float(d))
+    if out:
+        out[-1] = unique * factor
+    return tuple(out)
+
+
+# ---- the estimate of a plan ----------------------------------------------------------------------
+
+
+def estimate_plan(plan: Plan, stats: Statistics, hardware: Hardware) -> PlanEstimate:
+    estimate = PlanEstimate(hardware=hardware, model=stats.model)
+    paid_prefixes: set[tuple] = set()
+    for position, node in enumerate(plan.nodes):
+        estimate.nodes.append(_estimate_node(plan, position, node, stats, hardware, paid_prefixes))
+    return estimate
+
+
+def _estimate_node(plan, position, node, stats, hardware, paid_prefixes) -> NodeEstimate:
+    profile = stats.input_profile(node)
+    tokens = stats.token_profile(node)
+    if profile is None:
+        return NodeEstimate(node.id, "unknown", "its input depends on other AI answers")
+    if tokens is None:
+        return NodeEstimate(node.id, "unknown", "no tokenizer to count tokens with")
+    earlier = [q for q in plan.nodes[:position] if q.id in node.depends_on]
+    factor = 1.0
+    for q in earlier:
+        factor *= reduction(q, node, stats)
+    prefix_key = (node.call.kind, node.call.labels, node.call.template.static_prefix)
+    shared_paid = prefix_key in paid_prefixes
+    paid_prefixes.add(prefix_key)
+    distinct = shrink(profile, factor)
+    unique = distinct[-1] if distinct else 0.0
+    total = profile.prompts_total * factor
+    per_prompt = tokens.prompt_tokens + tokens.label_tails
+    planned_tokens = computed_tokens(tokens, distinct, shared_paid)
+    naive_tokens = total * per_prompt + decode_tokens(tokens, total)
+    model = stats.model
+    plan_side = _side(unique, planned_tokens, _plan_flops(tokens, distinct, unique, shared_paid, model), hardware, model, tokens, batched=True)
+    naive_side = _side(total, naive_tokens, _naive_flops(tokens, total, model), hardware, model, tokens, batched=False)
+    return NodeEstimate(
+        node=node.id,
+        quality="estimate",
+        rows_in=profile.rows_in * factor,
+        prompts_total=total,
+        prompts_unique=unique,
+        input_factor=factor,
+        selectivity=stats.selectivity(node) if filters_rows(node) else None,
+        tokens_per_prompt=per_prompt,
+        computed_without_prefix_cache=unique * per_prompt + decode_tokens(tokens, unique),
+        plan=plan_side,
+        naive=naive_side,
+    )
+
+
+def _plan_flops(tokens: TokenProfile, distinct, unique, shared_paid, model: ModelProfile | None) -> float:
+    """FLOPs with prefix reuse: each segment's tokens attend to the context up to their position."""
+    if model is None:
+        return 0.0
+    flops, start = 0.0, 0.0
+    pieces = [(0.0 if shared_paid else 1.0, tokens.shared)]
+    pieces += list(zip(distinct, tokens.segments))
+    pieces.append((unique, tokens.tail + tokens.label_tails))
+    for count, length in pieces:
+        flops += count * _token_flops(model, length, start)
+        start += length
+    flops += unique * _token_flops(model, max(0.0, tokens.output_tokens - 1), start)
+    return flops
+
+
+def _naive_flops(tokens: TokenProfile, prompts: float, model: ModelProfile | None) -> float:
+    if model is None:
+        return 0.0
+    length = tokens.prompt_tokens + tokens.label_tails
+    per_prompt = _token_flops(model, length, 0.0) + _token_flops(model, max(0.0, tokens.output_tokens - 1), length)
+    return prompts * per_prompt
+
+
+def _token_flops(model: ModelProfile, count: float, start: float) -> float:
+    """`count` tokens at positions start.. : the engine's own formula (ModelProfile.flops)."""
+    return model.flops(count, start)
+
+
+def _side(prompts, tokens_run, flops, hardware: Hardware, model: ModelProfile | None, tokens: TokenProfile, batched: bool) -> Side:
+    if model is None or prompts <= 0:
+        return Side(prompts, tokens_run, flops, 0.0, 0.0)
+    reachable = hardware.peak_flops * hardware.efficiency
+    weight_read = model.weight_bytes / hardware.memory_bandwidth
+    decode_steps = max(0.0, tokens.output_tokens - 1)
+    if batched:
+        prefill_passes = math.ceil(max(1.0, tokens_run - prompts * decode_steps) / BATCH_TOKENS)
+        decode_passes = math.ceil(prompts / DECODE_BATCH) * decode_steps
+    else:
+        prefill_passes = prompts
+        decode_passes = prompts * decode_steps
+    time_s = max(flops / reachable, (prefill_passes + decode_passes) * weight_read)
+    return Side(prompts, tokens_run, flops, time_s, time_s * hardware.price_per_hour / 3600)

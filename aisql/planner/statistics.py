@@ -1,0 +1,69 @@
+"""What the planner needs to know about data, prompts and the model — asked, never computed here.
+
+The planner stays free of DuckDB and of models: it asks a `Statistics` object. The executor
+provides one backed by DuckDB (counts), the model's tokenizer (token counts on a sample) and,
+when allowed, the engine (selectivity measured on a sample). Planner tests pass a test double.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from aisql.engine.base import ModelProfile
+from aisql.planner.plan import AINode
+
+DEFAULT_SELECTIVITY = 0.5
+
+
+@dataclass(frozen=True)
+class InputProfile:
+    """Counts over a node's input with no AI answer known (its estimate query)."""
+
+    rows_in: int
+    prompts_total: int  # rows whose arguments are all non-NULL
+    prefix_distinct: tuple[int, ...]  # distinct (a0), (a0, a1), ..., (a0..ak): the last = distinct tuples
+    tables: frozenset[str] = frozenset()  # source aliases the prompt's arguments read
+
+    @property
+    def unique(self) -> int:
+        return self.prefix_distinct[-1] if self.prefix_distinct else 0
+
+
+@dataclass(frozen=True)
+class TokenProfile:
+    """Average token counts of a node's prompts, measured with the model's tokenizer on a sample."""
+
+    shared: float  # instruction, chat framing and the template's static prefix: same in every prompt
+    segments: tuple[float, ...]  # tokens added by each argument value and the literal text after it
+    tail: float  # tokens after the user text (e.g. the assistant header)
+    label_tails: int = 0  # scoring: sum over labels of (tokens - 1), run once per distinct prompt
+    output_tokens: float = 0.0  # generation: tokens decoded per prompt (max_tokens: an upper bound)
+    sampled: int = 0  # prompts tokenized
+
+    @property
+    def prompt_tokens(self) -> float:
+        return self.shared + sum(self.segments) + self.tail
+
+
+@dataclass(frozen=True)
+class Selectivity:
+    value: float  # fraction of input rows for which an AI predicate is TRUE
+    source: str  # "hint" | "sample" | "default"
+    sampled: int = 0
+
+
+class Statistics(Protocol):
+    model: ModelProfile | None
+
+    def input_profile(self, node: AINode) -> InputProfile | None:
+        """Counts of the node's input, or None if they cannot be known without running AI calls."""
+
+    def token_profile(self, node: AINode) -> TokenProfile | None:
+        ...
+
+    def selectivity(self, node: AINode) -> Selectivity:
+        """From the node's hint, else measured on a sample if allowed, else DEFAULT_SELECTIVITY."""
+
+    def distinct(self, node: AINode, tables: frozenset[str]) -> int | None:
+        """Distinct values of the node's arguments that read only `tables` (for join fan-out)."""
