@@ -126,10 +126,12 @@ def _apply(options):
 @click.option("--naive", is_flag=True, help="Evaluate row by row without any optimisation (the reference).")
 @click.option("--max-rows", default=50, show_default=True, help="Rows to show with --format table.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary or notes on stderr.")
+@click.option("--hardware", type=click.Choice(["cpu", "h100", "h200"]), help="Cost the run at this profile's price in --stats-json.")
+@click.option("--price-per-hour", type=float, metavar="USD", help="Override the hardware profile's price.")
 @_handle_errors
 def run(
     query_file, sql, db, tables, debug, model, device, kv_budget, quantize, no_prefix_cache, no_speculation,
-    output, fmt, stats_json, naive, max_rows, quiet,
+    output, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
     from aisql.engine.loader import EngineOptions
@@ -147,7 +149,7 @@ def run(
     )
     con = _connect(db, tables, query_dir, model=model, engine_options=options)
     try:
-        result = con.run(text, naive=naive)
+        result = con.run(text, naive=naive, hardware=hardware or ("cpu" if price_per_hour is not None else None), price_per_hour=price_per_hour)
     finally:
         con.close()
     stats = result.stats
@@ -181,15 +183,23 @@ def run(
 @main.command()
 @_apply(_common)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--model", metavar="SPEC", help="The model to estimate for (its tokenizer and shape; no weights are loaded).")
+@click.option("--hardware", type=click.Choice(["cpu", "h100", "h200"]), default="cpu", show_default=True, help="Roofline profile for time and money (cpu is measured here).")
+@click.option("--price-per-hour", type=float, metavar="USD", help="Override the hardware profile's price.")
+@click.option("--sample", type=int, default=0, show_default=True, metavar="N", help="Measure each AI predicate's selectivity on N prompts (runs the model).")
 @_handle_errors
-def explain(query_file, sql, db, tables, debug, fmt):
-    """Show the plan of QUERY_FILE (or -e SQL) with the input of each AI node; runs no model."""
+def explain(query_file, sql, db, tables, debug, fmt, model, hardware, price_per_hour, sample):
+    """Show the plan of QUERY_FILE (or -e SQL) with its estimated cost against naive execution.
+
+    Runs no model unless --sample is given."""
     import json
 
+    if sample < 0:
+        raise AisqlError("--sample must be 0 or more")
     text, query_dir = _query_source(query_file, sql)
-    con = _connect(db, tables, query_dir)
+    con = _connect(db, tables, query_dir, model=model)
     try:
-        explanation = con.explain(text)
+        explanation = con.explain(text, hardware=hardware, price_per_hour=price_per_hour, sample=sample)
     finally:
         con.close()
     if fmt == "json":

@@ -8,7 +8,7 @@ cache both profit), and sent as one request list.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 from aisql.engine.base import Engine, GenerateRequest, ScoreRequest
 from aisql.errors import ModelError
@@ -16,14 +16,27 @@ from aisql.executor.answers import Answer
 from aisql.executor.tasks import Task
 
 
-def evaluate(engine: Engine, task: Task, texts: Sequence[str], *, naive: bool = False) -> dict[str, Answer]:
-    """Answers for distinct `texts`. `naive`: no KV reuse and no speculation (the reference)."""
+def evaluate(
+    engine: Engine,
+    task: Task,
+    texts: Sequence[str],
+    *,
+    naive: bool = False,
+    group_by: Callable[[str], tuple] | None = None,
+) -> dict[str, Answer]:
+    """Answers for distinct `texts`. `naive`: no KV reuse and no speculation (the reference).
+
+    Prompts run in token order — depth-first over their prefix tree — within groups given by
+    `group_by` (an AI join's anchor values, when the anchor is not the prompt's leading part)."""
     if not texts:
         return {}
     ids = engine.encode_prompts(task.instruction, list(texts))
     label_ids = tuple(engine.encode_label(label) for label in task.labels) if task.scores_labels else ()
     _check_context(engine, task, texts, ids, label_ids)
-    order = sorted(range(len(texts)), key=lambda i: ids[i])
+    if group_by is None:
+        order = sorted(range(len(texts)), key=lambda i: ids[i])
+    else:
+        order = sorted(range(len(texts)), key=lambda i: (group_by(texts[i]), ids[i]))
     answers: dict[str, Answer] = {}
     if task.scores_labels:
         requests = [ScoreRequest(ids[i], label_ids) for i in order]

@@ -96,7 +96,7 @@ class NodeRuntime:
         if todo:
             with self.lock:
                 before = self.engine.stats.copy()
-                fresh = self._evaluate(todo)
+                fresh = self._evaluate(todo, self._anchor_groups(prompts))
                 self.stats.add_engine(self.engine.stats.since(before))
             self.store.put_many(self.task.signature, fresh)
             known.update(fresh)
@@ -106,9 +106,18 @@ class NodeRuntime:
         for values, text in prompts.text_of.items():
             self.values[values] = known[text].value
 
-    def _evaluate(self, texts: list[str]) -> dict[str, Answer]:
+    def _anchor_groups(self, prompts: PromptSet):
+        """An AI join anchored on a table that is not the prompt's leading part: evaluate its
+        prompts grouped by the anchor's values (the outer loop), token order within a group."""
+        args = self.node.anchor_args
+        if not args or args[0] == 0:
+            return None  # token order already groups prompts by their leading argument
+        anchor_of = {text: tuple(values[i] for i in args) for values, text in prompts.text_of.items()}
+        return lambda text: anchor_of.get(text, ())
+
+    def _evaluate(self, texts: list[str], group_by=None) -> dict[str, Answer]:
         try:
-            return evaluate(self.engine, self.task, texts)
+            return evaluate(self.engine, self.task, texts, group_by=group_by)
         except AisqlError as err:
             raise self._located(err) from None
 

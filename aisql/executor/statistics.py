@@ -142,9 +142,11 @@ class RunStatistics:
         n = max(1, len(sample or []))
         label_tails = sum(len(self.facts.encode_label(label)) - 1 for label in task.labels)
         output = float(task.max_tokens or 0) if node.call.kind is AIKind.GENERATE else 0.0
+        first_literal = float(fmt.count_tokens([template.parts[1]])[0]) if len(template.parts) > 1 and template.parts[1] else 0.0
         return TokenProfile(
             shared=float(shared),
             segments=tuple(s / n for s in segments),
+            first_literal=first_literal,
             tail=sum(tails) / n if tails else float(fmt.count_tokens([before + after])[0] - shared),
             label_tails=label_tails,
             output_tokens=output,

@@ -116,11 +116,28 @@ def reduction(q: AINode, p: AINode, stats: Statistics) -> float:
     return 1.0 - (1.0 - s) ** partners
 
 
-def computed_tokens(tokens: TokenProfile, prefix_distinct: tuple[float, ...], shared_paid: bool) -> float:
-    """Tokens the engine computes for a node's distinct prompts with prefix reuse."""
+def leading_key(node: AINode) -> tuple:
+    """Nodes with equal keys share their prompts' beginning up to the first argument's value:
+    same task (so the same instruction), same static prefix, same first argument."""
+    call = node.call
+    return (call.kind, call.labels, call.max_tokens, call.template.static_prefix, call.args[0].sql() if call.args else "")
+
+
+def computed_tokens(
+    tokens: TokenProfile, prefix_distinct: tuple[float, ...], shared_paid: bool, leading_cached: float = 0.0
+) -> float:
+    """Tokens the engine computes for a node's distinct prompts with prefix reuse.
+
+    `leading_cached`: first-argument values an earlier node with the same leading key already
+    ran: their tokens are in the cache, only the literal text after them is new."""
     unique = prefix_distinct[-1] if prefix_distinct else 0.0
     total = 0.0 if shared_paid else tokens.shared
-    total += sum(d * seg for d, seg in zip(prefix_distinct, tokens.segments))
+    for k, (d, seg) in enumerate(zip(prefix_distinct, tokens.segments)):
+        if k == 0 and leading_cached:
+            reused = min(d, leading_cached)
+            total += (d - reused) * seg + reused * tokens.first_literal
+        else:
+            total += d * seg
     total += unique * (tokens.tail + tokens.label_tails)
     return total + decode_tokens(tokens, unique)
 
@@ -150,13 +167,13 @@ def shrink(profile: InputProfile, factor: float) -> tuple[float, ...]:
 
 def estimate_plan(plan: Plan, stats: Statistics, hardware: Hardware) -> PlanEstimate:
     estimate = PlanEstimate(hardware=hardware, model=stats.model)
-    paid_prefixes: set[tuple] = set()
+    cached_leading: dict[tuple, float] = {}  # leading key -> first-argument values in the cache
     for position, node in enumerate(plan.nodes):
-        estimate.nodes.append(_estimate_node(plan, position, node, stats, hardware, paid_prefixes))
+        estimate.nodes.append(_estimate_node(plan, position, node, stats, hardware, cached_leading))
     return estimate
 
 
-def _estimate_node(plan, position, node, stats, hardware, paid_prefixes) -> NodeEstimate:
+def _estimate_node(plan, position, node, stats, hardware, cached_leading) -> NodeEstimate:
     profile = stats.input_profile(node)
     tokens = stats.token_profile(node)
     if profile is None:
@@ -167,14 +184,15 @@ def _estimate_node(plan, position, node, stats, hardware, paid_prefixes) -> Node
     factor = 1.0
     for q in earlier:
         factor *= reduction(q, node, stats)
-    prefix_key = (node.call.kind, node.call.labels, node.call.template.static_prefix)
-    shared_paid = prefix_key in paid_prefixes
-    paid_prefixes.add(prefix_key)
+    key = leading_key(node)
+    shared_paid = key in cached_leading
     distinct = shrink(profile, factor)
+    leading = cached_leading.get(key, 0.0)
+    cached_leading[key] = max(leading, distinct[0] if distinct else 0.0)
     unique = distinct[-1] if distinct else 0.0
     total = profile.prompts_total * factor
     per_prompt = tokens.prompt_tokens + tokens.label_tails
-    planned_tokens = computed_tokens(tokens, distinct, shared_paid)
+    planned_tokens = computed_tokens(tokens, distinct, shared_paid, leading)
     naive_tokens = total * per_prompt + decode_tokens(tokens, total)
     model = stats.model
     plan_side = _side(unique, planned_tokens, _plan_flops(tokens, distinct, unique, shared_paid, model), hardware, model, tokens, batched=True)

@@ -37,6 +37,7 @@ class TokenProfile:
     shared: float  # instruction, chat framing and the template's static prefix: same in every prompt
     segments: tuple[float, ...]  # tokens added by each argument value and the literal text after it
     tail: float  # tokens after the user text (e.g. the assistant header)
+    first_literal: float = 0.0  # tokens of the literal text right after the first argument
     label_tails: int = 0  # scoring: sum over labels of (tokens - 1), run once per distinct prompt
     output_tokens: float = 0.0  # generation: tokens decoded per prompt (max_tokens: an upper bound)
     sampled: int = 0  # prompts tokenized

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
-from aisql.planner.cost import computed_tokens, filters_rows, reduction
+from aisql.planner.cost import computed_tokens, filters_rows, leading_key, reduction
 from aisql.planner.plan import AINode, Clause, Plan
 from aisql.planner.scope import find_bound_call
 from aisql.planner.statistics import Statistics
@@ -50,24 +50,32 @@ def conjunction_groups(nodes: Sequence[AINode]) -> list[list[AINode]]:
     return list(groups.values())
 
 
-def order_cost(order: Sequence[AINode], unit_cost: Callable[[AINode], float], factor: Callable[[AINode, AINode], float], unique: Callable[[AINode], float]) -> float:
-    """Computed tokens of running the predicates in `order`."""
+def order_cost(
+    order: Sequence[AINode],
+    unit_cost: Callable[[AINode, tuple], float],
+    factor: Callable[[AINode, AINode], float],
+    unique: Callable[[AINode], float],
+) -> float:
+    """Computed tokens of running the predicates in `order` (the quantity dp_order minimises)."""
     total = 0.0
     for i, p in enumerate(order):
         shrink = 1.0
         for q in order[:i]:
             shrink *= factor(q, p)
-        total += unique(p) * shrink * unit_cost(p)
+        total += unique(p) * shrink * unit_cost(p, tuple(order[:i]))
     return total
 
 
 def best_order(group: Sequence[AINode], stats: Statistics) -> list[AINode]:
-    unit = {n.id: _unit_cost(n, stats) for n in group}
+    # Unit cost with and without the prompt's beginning already cached by an earlier predicate
+    # of the same leading key (same instruction, static prefix and first argument).
+    cost = {(n.id, cached): _unit_cost(n, stats, cached) for n in group for cached in (False, True)}
+    keys = {n.id: leading_key(n) for n in group}
     uniq = {n.id: float((stats.input_profile(n).unique if stats.input_profile(n) else 1) or 1) for n in group}
     factors = {(q.id, p.id): reduction(q, p, stats) for q in group for p in group if q is not p}
     return dp_order(
         list(group),
-        unit_cost=lambda n: unit[n.id],
+        unit_cost=lambda n, before: cost[(n.id, any(keys[q.id] == keys[n.id] for q in before))],
         factor=lambda q, p: factors[(q.id, p.id)],
         unique=lambda n: uniq[n.id],
     )
@@ -75,7 +83,9 @@ def best_order(group: Sequence[AINode], stats: Statistics) -> list[AINode]:
 
 def dp_order(group: list[AINode], unit_cost, factor, unique) -> list[AINode]:
     """Cheapest order by dynamic programming over subsets: the cost of adding p after a set S
-    depends only on S (the product of S's reduction factors on p). Ties keep the written order."""
+    depends only on S (the product of S's reduction factors on p, and whether S already cached
+    p's leading part). Ties keep the written order. `unit_cost(p, before)`: tokens per tuple of p
+    when the predicates `before` ran first."""
     n = len(group)
     best: dict[int, tuple[float, tuple[int, ...]]] = {0: (0.0, ())}
     for mask in range(1, 1 << n):
@@ -88,17 +98,21 @@ def dp_order(group: list[AINode], unit_cost, factor, unique) -> list[AINode]:
             shrink = 1.0
             for j in order_before:
                 shrink *= factor(group[j], group[i])
-            candidates.append((cost_before + unique(group[i]) * shrink * unit_cost(group[i]), order_before + (i,)))
+            before_nodes = tuple(group[j] for j in order_before)
+            candidates.append((cost_before + unique(group[i]) * shrink * unit_cost(group[i], before_nodes), order_before + (i,)))
         best[mask] = min(candidates, key=lambda c: (c[0], c[1]))
     return [group[i] for i in best[(1 << n) - 1][1]]
 
 
-def _unit_cost(node: AINode, stats: Statistics) -> float:
-    """Computed tokens per distinct input tuple, with the prefix cache."""
+def _unit_cost(node: AINode, stats: Statistics, leading_cached: bool) -> float:
+    """Computed tokens per distinct input tuple, with the prefix cache; `leading_cached`: an
+    earlier predicate already put this prompt's beginning (up to the first value) in the cache."""
     profile, tokens = stats.input_profile(node), stats.token_profile(node)
     if profile is None or tokens is None or not profile.unique:
         return 1.0
-    return computed_tokens(tokens, tuple(float(d) for d in profile.prefix_distinct), shared_paid=True) / profile.unique
+    distinct = tuple(float(d) for d in profile.prefix_distinct)
+    cached = distinct[0] if leading_cached and distinct else 0.0
+    return computed_tokens(tokens, distinct, shared_paid=True, leading_cached=cached) / profile.unique
 
 
 def _place(nodes: list[AINode], group: list[AINode], order: list[AINode]) -> list[AINode]:
