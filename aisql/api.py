@@ -125,7 +125,7 @@ class Connection:
     def add_file_search_path(self, directories: Sequence[str | os.PathLike]) -> None:
         """Resolve relative file paths in queries against these directories too (DuckDB's file_search_path)."""
         dirs = [str(Path(d).resolve()) for d in directories]
-        current = self.duckdb.execute("SELECT current_setting('file_search_path')").fetchone()[0]
+        current = self.duckdb.execute("SELECT current_setting('file_search_path')").fetchall()[0][0]
         merged = [p for p in (current or "").split(",") if p] + [d for d in dirs if d]
         self.duckdb.execute("SET file_search_path = ?", [",".join(dict.fromkeys(merged))])
 

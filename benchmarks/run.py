@@ -1,89 +1,171 @@
-"""Planned vs naive execution of the example queries, in one process on one engine.
+"""The query benchmark: Q1-Q4 naive and planned on the same engine, in one process.
 
-    python benchmarks/run.py [--model tiny] [--repeat 1]
+    python benchmarks/run.py [--scale 1] [--model tiny-32k] [--repeat 1] [--only Q1,Q2]
 
-Writes benchmarks/results/<query>.json and prints a table. Each query runs naive (one prompt per
-row, no dedup, no batching) and planned on the same loaded engine, so the ratios are measured in
-one run on one machine: compare ratios, not absolute times (shared machines are noisy). Work is
-reported beside wall time: prompts sent, and logical (naive) vs computed tokens. The engine's
-prefix cache is emptied before every run, so no run profits from an earlier one.
+For each query: `aisql explain` estimates (selectivities sampled on 16 prompts), then a naive run
+(one prompt per row, no dedup, no reuse) and a planned run, each from a cold cache. Written to
+benchmarks/results/<query>.json: prompts, logical and computed tokens, KV regret, wall time, the
+prefix-tree minimum of the prompts the planned run sent, explain's estimate, and the ratios.
+Targets (default scale, this CPU, tiny 32k-vocabulary model): planned == naive on every query;
+Q1 >= 5x faster than naive; computed tokens within 5% of the prefix-tree minimum on Q1-Q3;
+explain's computed-token estimate within 20% of the measured value.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
-from pathlib import Path
+
+from common import bench_engine, machine, write
+from datagen import tables
 
 import aisql
 from aisql.engine import load_engine
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-RESULTS = Path(__file__).resolve().parent / "results"
-QUERIES = ["hot_leads", "review_sentiment", "pitch"]
+QUERIES = {
+    "Q1_hot_leads": """
+        SELECT c.id AS customer, p.id AS product
+        FROM customers c JOIN products p
+          ON AI.IF(PROMPT('{c.profile} might buy this: {p.description}'))
+        WHERE c.segment = 'retail' AND p.price < 150""",
+    "Q2_reviews": """
+        SELECT id FROM reviews
+        WHERE rating <= 3
+          AND AI.IF(PROMPT('Review: {text} Question: does the reviewer complain about the delivery?'))
+          AND AI.IF(PROMPT('Review: {text} Question: is the tone of the review hostile?'))""",
+    "Q3_classify": """
+        SELECT AI.CLASSIFY(PROMPT('Which kind of product is this review about? {text}'),
+                           ['kitchen', 'outdoor', 'electronics', 'other']) AS kind,
+               count(*) AS reviews
+        FROM review_pool GROUP BY 1""",
+    "Q4_bio": """
+        SELECT r.id AS report, d.term AS condition, m.term AS drug
+        FROM reports r
+        JOIN terms d ON d.kind = 'condition'
+          AND AI.IF(PROMPT('Report: {r.text} Question: does the report mention {d.term}?'))
+        JOIN terms m ON m.kind = 'drug'
+          AND AI.IF(PROMPT('Report: {r.text} Question: was the patient given {m.term}?'))
+        WHERE AI.IF(PROMPT('Report: {r.text} Question: does the patient have cancer?'))""",
+}
 
 
-def run_query(engine, name: str, naive: bool) -> dict:
-    engine.reset_cache()  # every run starts cold: no prefix cached by an earlier run
+class Recorder:
+    """The engine, recording every token sequence the model must run for the requests it gets:
+    prompt + each label's tail when scoring, prompt + the generated tokens when generating. Their
+    prefix tree is the least work any engine can do for those requests."""
+
+    def __init__(self, engine) -> None:
+        self._engine = engine
+        self.sequences: set[tuple[int, ...]] = set()
+
+    def score(self, requests, **kwargs):
+        for r in requests:
+            self.sequences.update(tuple(r.prompt_ids) + tuple(label[:-1]) for label in r.label_ids)
+        return self._engine.score(requests, **kwargs)
+
+    def generate(self, requests, **kwargs):
+        out = self._engine.generate(requests, **kwargs)
+        for r, g in zip(requests, out):
+            self.sequences.add(tuple(r.prompt_ids) + tuple(g.token_ids[:-1]) if g.token_ids else tuple(r.prompt_ids))
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+def connection(engine, data) -> aisql.Connection:
     con = aisql.Connection(engine=engine)
-    con.add_file_search_path([EXAMPLES])
-    sql = (EXAMPLES / f"{name}.sql").read_text()
+    for name, table in data.items():
+        con.duckdb.register(f"__{name}", table)
+        con.duckdb.execute(f"CREATE TABLE {name} AS SELECT * FROM __{name}")
+    return con
+
+
+def run_once(engine, data, sql: str, naive: bool) -> dict:
+    engine.reset_cache()  # every run starts cold
+    recorder = Recorder(engine)
+    con = connection(recorder, data)
     started = time.perf_counter()
     result = con.run(sql, naive=naive)
     wall = time.perf_counter() - started
     con.close()
-    totals = result.stats.totals()
+    t = result.stats.totals()
     return {
+        "wall_s": round(wall, 3),
         "rows_out": result.table.num_rows,
-        "wall_s": round(wall, 4),
-        "forward_passes": totals["forward_passes"],
-        "prompts_total": totals["prompts_total"],
-        "prompts_evaluated": totals["prompts_evaluated"],
-        "logical_tokens": totals["logical_tokens"],
-        "computed_tokens": totals["computed_tokens"],
-        "kv_hit_tokens": totals["kv_hit_tokens"],
-        "padding_tokens": totals["padding_tokens"],
+        "prompts_total": t["prompts_total"],
+        "prompts_evaluated": t["prompts_evaluated"],
+        "prompts_sampled": t["prompts_sampled"],
+        "logical_tokens": t["logical_tokens"],
+        "computed_tokens": t["computed_tokens"],
+        "kv_hit_tokens": t["kv_hit_tokens"],
+        "kv_regret_tokens": t["kv_regret_tokens"],
+        "padding_tokens": t["padding_tokens"],
+        "forward_passes": t["forward_passes"],
+        "flops": t["flops"],
+        "order": [n.function for n in result.stats.nodes],
         "_rows": sorted(map(repr, result.table.to_pylist())),
+        "_sequences": recorder.sequences,
     }
+
+
+def prefix_tree_size(sequences) -> int:
+    return len({s[:i] for s in sequences for i in range(1, len(s) + 1)})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--model", default="tiny-32k", help="tiny-32k (default), tiny, or any model spec")
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode; the fastest is kept")
+    parser.add_argument("--only", help="comma-separated query names (prefixes), e.g. Q1,Q4")
     args = parser.parse_args()
-    engine = load_engine(args.model)
-    RESULTS.mkdir(exist_ok=True)
-    print(f"{'query':18} {'naive s':>8} {'planned s':>9} {'speedup':>8} {'prompts':>8} {'evaluated':>9} {'logical tok':>11} {'computed tok':>12}")
-    for name in QUERIES:
-        run_query(engine, name, naive=False)  # warm-up (first forward passes allocate)
-        naive = min((run_query(engine, name, naive=True) for _ in range(args.repeat)), key=lambda r: r["wall_s"])
-        planned = min((run_query(engine, name, naive=False) for _ in range(args.repeat)), key=lambda r: r["wall_s"])
-        same = naive.pop("_rows") == planned.pop("_rows")
+    engine = bench_engine() if args.model == "tiny-32k" else load_engine(args.model)
+    data = tables(args.scale)
+    chosen = [q for q in QUERIES if not args.only or any(q.startswith(o) for o in args.only.split(","))]
+    print(f"{'query':14} {'naive s':>8} {'plan s':>7} {'speedup':>8} {'logical':>9} {'computed':>9} {'minimum':>8} {'estimate':>9} {'est.err':>7} {'equal':>6}")
+    summary = {}
+    for name in chosen:
+        sql = QUERIES[name]
+        explain_con = connection(engine, data)
+        engine.reset_cache()
+        explanation = explain_con.explain(sql, sample=16)
+        explain_con.close()
+        estimate = explanation.to_dict()["statements"][-1]["totals"]
+        run_once(engine, data, sql, naive=False)  # warm-up
+        naive = min((run_once(engine, data, sql, naive=True) for _ in range(args.repeat)), key=lambda r: r["wall_s"])
+        planned = min((run_once(engine, data, sql, naive=False) for _ in range(args.repeat)), key=lambda r: r["wall_s"])
+        equal = naive.pop("_rows") == planned.pop("_rows")
+        naive.pop("_sequences")
+        minimum = prefix_tree_size(planned.pop("_sequences"))
+        est = estimate["plan"]["tokens"]
         record = {
             "query": name,
-            "sql": (EXAMPLES / f"{name}.sql").read_text(),
+            "sql": " ".join(sql.split()),
+            "scale": args.scale,
             "model": engine.info.name,
-            "device": engine.info.device,
-            "machine": platform.platform(),
-            "planned_equals_naive": same,
+            "machine": machine(),
+            "planned_equals_naive": equal,
             "naive": naive,
             "planned": planned,
+            "prefix_tree_minimum": minimum,
+            "explain": {"plan": estimate["plan"], "naive": estimate["naive"]},
             "ratios": {
                 "wall_speedup": round(naive["wall_s"] / planned["wall_s"], 2),
-                "computed_token_reduction": round(naive["computed_tokens"] / max(1, planned["computed_tokens"]), 2),
-                "forward_pass_reduction": round(naive["forward_passes"] / max(1, planned["forward_passes"]), 2),
+                "computed_tokens_naive_over_planned": round(naive["computed_tokens"] / max(1, planned["computed_tokens"]), 2),
+                "computed_over_minimum": round(planned["computed_tokens"] / max(1, minimum), 4),
+                "estimate_error": round(abs(est - planned["computed_tokens"]) / max(1, planned["computed_tokens"]), 4),
             },
         }
-        (RESULTS / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
+        write(name, record)
+        summary[name] = record["ratios"] | {"planned_equals_naive": equal}
+        r = record["ratios"]
         print(
-            f"{name:18} {naive['wall_s']:8.2f} {planned['wall_s']:9.2f} {record['ratios']['wall_speedup']:7.1f}x "
-            f"{planned['prompts_total']:8} {planned['prompts_evaluated']:9} {planned['logical_tokens']:11} {planned['computed_tokens']:12}"
-            + ("" if same else "  RESULTS DIFFER")
+            f"{name:14} {naive['wall_s']:8.2f} {planned['wall_s']:7.2f} {r['wall_speedup']:7.1f}x {planned['logical_tokens']:9} "
+            f"{planned['computed_tokens']:9} {minimum:8} {est:9} {r['estimate_error']:7.1%} {str(equal):>6}"
         )
+    print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

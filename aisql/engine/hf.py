@@ -75,25 +75,29 @@ class HFEngine(EncodesPrompts):
     # ---- scoring ---------------------------------------------------------------------------
     def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:
         results: list[LabelScores | None] = [None] * len(requests)
-        with self._admitted(requests, reuse) as (works, reuse):
-            for batch in self.scheduler.batches(works):
-                batch = self._prepare(batch, reuse)
-                scores = self._score_batch(batch, [requests[w.index] for w in batch], reuse)
-                for work, value in zip(batch, scores):
-                    results[work.index] = value
-                self._release(batch)
+        with self._admitted(requests, reuse) as (windows, reuse):
+            for window in windows:
+                self._compute_shared_for(window, reuse)
+                for batch in self.scheduler.batches(window):
+                    batch = [self.scheduler.refresh(w) for w in batch]
+                    scores = self._score_batch(batch, [requests[w.index] for w in batch], reuse)
+                    for work, value in zip(batch, scores):
+                        results[work.index] = value
+                    self._release(batch)
         self.stats.score_requests += len(requests)
         return results  # type: ignore[return-value]
 
     @contextmanager
     def _admitted(self, requests: Sequence, reuse: bool):
-        """Admit the call's prompts into the tree; yield one work per request, in request order."""
+        """Admit the call's prompts into the tree; yield their works in windows (prefix order
+        between windows, shortest tails first inside one)."""
         with self._lock, torch.inference_mode():
             reuse = reuse and self.prefix_cache
             chains = self.scheduler.admit([r.prompt_ids for r in requests])
             self._claims = dict(enumerate(chains))  # requests whose batch has not finished yet
             try:
-                yield [self.scheduler.leaf_work(i, r.prompt_ids, chains[i], reuse) for i, r in enumerate(requests)], reuse
+                works = [self.scheduler.leaf_work(i, r.prompt_ids, chains[i], reuse) for i, r in enumerate(requests)]
+                yield (self.scheduler.windows(works) if reuse else [works]), reuse
             finally:
                 self.scheduler.release(list(self._claims.values()))  # after an error too
                 self._claims = {}
@@ -103,16 +107,13 @@ class HFEngine(EncodesPrompts):
         """The batch's requests are done: their prefixes no longer count as needed by this call."""
         self.scheduler.release([self._claims.pop(w.index) for w in batch if w.index in self._claims])
 
-    def _prepare(self, batch: list[Work], reuse: bool) -> list[Work]:
-        """Just before a batch runs: compute the shared prefixes its requests need and that are
-        not cached, then plan its rows against the tree as it is now.
-
-        Shared prefixes are computed when the first batch needing them comes, not all up front:
-        requests arrive in prefix order, so the cache holds one group's prefixes at a time — with a
-        budget smaller than the whole tree, a group's prefix is still there when its rows run."""
+    def _compute_shared_for(self, window: list[Work], reuse: bool) -> None:
+        """Before a window runs: compute the shared prefixes its requests need that are not
+        cached. They are computed when the first window needing them comes, not all up front:
+        requests arrive in prefix order, so with a budget smaller than the whole tree a group's
+        prefix is still in the cache when its rows run."""
         if reuse:
-            self._compute_shared([w.chain for w in batch])
-        return [self.scheduler.refresh(w) for w in batch]
+            self._compute_shared([w.chain for w in window])
 
     def _score_batch(self, batch: list[Work], requests: list[ScoreRequest], reuse: bool) -> list[LabelScores]:
         needs_tail = any(len(label) > 1 for r in requests for label in r.label_ids)
@@ -170,14 +171,16 @@ class HFEngine(EncodesPrompts):
         self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True
     ) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
-        with self._admitted(requests, reuse) as (works, reuse):
-            room = [requests[w.index].max_tokens for w in works]
-            for batch in self.scheduler.batches(works, room):
-                batch = self._prepare(batch, reuse)
-                generations = self._generate_batch(batch, [requests[w.index] for w in batch], reuse, speculative)
-                for work, generation in zip(batch, generations):
-                    results[work.index] = generation
-                self._release(batch)
+        with self._admitted(requests, reuse) as (windows, reuse):
+            for window in windows:
+                self._compute_shared_for(window, reuse)
+                room = [requests[w.index].max_tokens for w in window]
+                for batch in self.scheduler.batches(window, room):
+                    batch = [self.scheduler.refresh(w) for w in batch]
+                    generations = self._generate_batch(batch, [requests[w.index] for w in batch], reuse, speculative)
+                    for work, generation in zip(batch, generations):
+                        results[work.index] = generation
+                    self._release(batch)
         self.stats.generate_requests += len(requests)
         return results  # type: ignore[return-value]
 
@@ -272,6 +275,7 @@ class HFEngine(EncodesPrompts):
         """Compute and store the uncached prefixes shared by two or more of the call's requests
         along `chains`, top-down."""
         for level in self.scheduler.shared_levels(chains):
+            level.sort(key=lambda w: len(w.row.tokens))  # independent rows: similar lengths pad less
             for batch in self.scheduler.batches(level):
                 batch = [w for w in map(self.scheduler.refresh, batch) if w is not None]
                 if batch:

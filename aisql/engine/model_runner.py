@@ -111,22 +111,44 @@ class ModelRunner:
         return BatchOutput(hidden, cache, mask, width, lengths, prefix_lengths)
 
     def _fill_prefix(self, cache, rows: Sequence[Row], radix: RadixCache, width: int) -> None:
-        """Copy each row's prefix KV into slots [0, P_i); each distinct prefix is gathered once."""
+        """Put each row's prefix KV into slots [0, P_i); each distinct prefix is gathered once.
+
+        When every row reads the same prefix the batch cache starts as a broadcast view of it, so
+        the forward pass's concatenation is its only copy; otherwise the distinct prefixes are
+        stacked once and each row takes its own by a single gather."""
         distinct: dict[tuple[int, int], list[LayerKV]] = {}
         for row in rows:
             key = (id(row.prefix), row.prefix_len)
             if row.prefix_len and key not in distinct:
                 distinct[key] = radix.gather(row.prefix, row.prefix_len)
-        sample = next(iter(distinct.values()))
-        for layer, (k0, v0) in enumerate(sample):
-            keys = k0.new_zeros((len(rows), k0.shape[0], width, k0.shape[2]))
-            values = v0.new_zeros((len(rows), v0.shape[0], width, v0.shape[2]))
-            for b, row in enumerate(rows):
-                if row.prefix_len:
-                    k, v = distinct[(id(row.prefix), row.prefix_len)][layer]
-                    keys[b, :, : row.prefix_len] = k
-                    values[b, :, : row.prefix_len] = v
+        if len(distinct) == 1 and all(row.prefix_len == width for row in rows):
+            (prefix,) = distinct.values()
+            for layer, (k, v) in enumerate(prefix):
+                self._seed(cache, layer, k.unsqueeze(0).expand(len(rows), -1, -1, -1), v.unsqueeze(0).expand(len(rows), -1, -1, -1))
+            return
+        keys_order = list(distinct)
+        which = torch.tensor(
+            [keys_order.index((id(r.prefix), r.prefix_len)) + 1 if r.prefix_len else 0 for r in rows], device=self.device
+        )
+        for layer, (k0, v0) in enumerate(next(iter(distinct.values()))):
+            shape = (len(keys_order) + 1, k0.shape[0], width, k0.shape[2])  # entry 0: no prefix
+            keys, values = k0.new_zeros(shape), v0.new_zeros(shape)
+            for i, key in enumerate(keys_order, start=1):
+                k, v = distinct[key][layer]
+                keys[i, :, : k.shape[1]] = k
+                values[i, :, : v.shape[1]] = v
+            self._seed(cache, layer, keys[which], values[which])
+
+    @staticmethod
+    def _seed(cache, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Start a layer of an empty cache with these tensors, without copying them (the first
+        `update` would concatenate them onto an empty tensor)."""
+        target = cache.layers[layer] if layer < len(getattr(cache, "layers", [])) else None
+        if target is None or not hasattr(target, "lazy_initialization"):
             cache.update(keys, values, layer)
+            return
+        target.lazy_initialization(keys, values)
+        target.keys, target.values = keys, values
 
     def forward(self, ids: torch.Tensor, cache, attention_mask=None, position_ids=None) -> torch.Tensor:
         kwargs = {self._cache_kwarg: cache, "use_cache": cache is not None}

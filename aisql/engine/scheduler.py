@@ -31,6 +31,9 @@ class Work:
         return node.start - self.row.prefix_len
 
 
+PAD_SLACK_TOKENS = 512  # padding a batch may carry before a new batch pays off (a pass costs about this)
+
+
 class Scheduler:
     def __init__(self, radix: RadixCache, max_batch_tokens: int, max_cache_tokens: int, max_batch_size: int) -> None:
         self.radix = radix
@@ -86,6 +89,14 @@ class Scheduler:
         covered = [n for n in chain if n.start >= prefix_len]
         return Work(Row(anchor, prefix_len, list(prompt[prefix_len:])), covered, index, prompt, chain, reuse)
 
+    def windows(self, works: list[Work], window_batches: int = 4) -> list[list[Work]]:
+        """Consecutive windows of a few batches' worth of requests, shortest tails first inside
+        each (batches then pad less). The windows keep the callers' prefix order, so the shared
+        prefixes one window reads are few — computed together, in the cache together — and the
+        tree is the same whatever the order inside a window."""
+        size = max(1, window_batches * self.max_batch_size)
+        return [sorted(works[start : start + size], key=lambda w: len(w.prompt)) for start in range(0, len(works), size)]
+
     def refresh(self, work: Work) -> Work | None:
         """The same work planned against the tree as it is now (an earlier batch may have evicted
         its prefix or cached more of it); None if there is nothing left to compute."""
@@ -102,25 +113,30 @@ class Scheduler:
         return Work(Row(anchor, anchor.end, tokens), covered)
 
     def batches(self, works: Sequence[Work], extra_tokens: Sequence[int] | None = None) -> Iterator[list[Work]]:
-        """Consecutive works whose padded batch fits the budgets (`extra_tokens`: decode room per work)."""
+        """Consecutive works whose padded batch fits the budgets (`extra_tokens`: decode room per
+        work), cut early where padding to a longer row would waste more than a pass is worth."""
         batch: list[Work] = []
-        prefix_width = span = extra = 0
+        prefix_width = span = extra = real = 0
         for position, work in enumerate(works):
             more = extra_tokens[position] if extra_tokens is not None else 0
+            length = len(work.row.tokens)
             new_prefix = max(prefix_width, work.row.prefix_len)
-            new_span = max(span, len(work.row.tokens))
+            new_span = max(span, length)
             new_extra = max(extra, more)
             size = len(batch) + 1
+            waste = size * new_span - (real + length)
             over = batch and (
                 size > self.max_batch_size
                 or size * new_span > self.max_batch_tokens
                 or size * (new_prefix + new_span + new_extra) > self.max_cache_tokens
+                or waste > max(PAD_SLACK_TOKENS, (real + length) // 4)
             )
             if over:
                 yield batch
-                batch, new_prefix, new_span, new_extra = [], work.row.prefix_len, len(work.row.tokens), more
+                batch, new_prefix, new_span, new_extra, real = [], work.row.prefix_len, length, more, 0
             batch.append(work)
             prefix_width, span, extra = new_prefix, new_span, new_extra
+            real += length
         if batch:
             yield batch
 

@@ -75,12 +75,12 @@ class RunStatistics:
         try:
             rows_in, total = self.con.execute(
                 f"SELECT coalesce(sum({COUNT_COLUMN}), 0), coalesce(sum({COUNT_COLUMN}) FILTER (WHERE {not_null}), 0) FROM {source}"
-            ).fetchone()
+            ).fetchall()[0]
             distinct = []
             for k in range(1, arity + 1):
                 columns = ", ".join(names[:k])
                 distinct.append(
-                    self.con.execute(f"SELECT count(*) FROM (SELECT DISTINCT {columns} FROM {source} WHERE {not_null})").fetchone()[0]
+                    self.con.execute(f"SELECT count(*) FROM (SELECT DISTINCT {columns} FROM {source} WHERE {not_null})").fetchall()[0][0]
                 )
         except duckdb.Error:
             return None  # e.g. a table an earlier statement of the script creates
@@ -95,7 +95,7 @@ class RunStatistics:
                 try:
                     value = self.con.execute(
                         f"SELECT count(*) FROM (SELECT DISTINCT {', '.join(columns)} FROM ({node.estimate_sql}) AS q)"
-                    ).fetchone()[0]
+                    ).fetchall()[0][0]
                 except duckdb.Error:
                     value = None
             self._distinct[key] = value
@@ -143,15 +143,41 @@ class RunStatistics:
         label_tails = sum(len(self.facts.encode_label(label)) - 1 for label in task.labels)
         output = float(task.max_tokens or 0) if node.call.kind is AIKind.GENERATE else 0.0
         first_literal = float(fmt.count_tokens([template.parts[1]])[0]) if len(template.parts) > 1 and template.parts[1] else 0.0
+        leading = self._leading_growth(fmt, before, template, sample, shared)
         return TokenProfile(
             shared=float(shared),
             segments=tuple(s / n for s in segments),
             first_literal=first_literal,
+            leading_sampled=leading[0],
+            leading_tree=leading[1],
+            leading_marginal=leading[2],
             tail=sum(tails) / n if tails else float(fmt.count_tokens([before + after])[0] - shared),
             label_tails=label_tails,
             output_tokens=output,
             sampled=len(sample or []),
         )
+
+    @staticmethod
+    def _leading_growth(fmt, before: str, template, sample, shared: int) -> tuple[int, float, float]:
+        """Prefix-tree size of the first segment over the sample's distinct first values, and how
+        much it grew per value over the second half (the cost of one more value, extrapolated)."""
+        first_slot = template.slots[0] if template.slots else None
+        if first_slot is None:
+            return 0, 0.0, 0.0
+        after_first = template.parts[1] if len(template.parts) > 1 else ""
+        values = list(dict.fromkeys(values[first_slot] for values, _ in sample))
+        if len(values) < 4:
+            return 0, 0.0, 0.0
+        ids = fmt.tokenizer([before + template.parts[0] + v + after_first for v in values], add_special_tokens=False)["input_ids"]
+        nodes: set[tuple[int, ...]] = set()
+        half_size = 0.0
+        for i, seq in enumerate(ids):
+            nodes.update(tuple(seq[:j]) for j in range(shared + 1, len(seq) + 1))
+            if i + 1 == len(values) // 2:
+                half_size = float(len(nodes))
+        full = float(len(nodes))
+        marginal = (full - half_size) / (len(values) - len(values) // 2)
+        return len(values), full, marginal
 
     def sample(self, node: AINode, size: int) -> list[tuple[tuple, int]] | None:
         """Up to `size` distinct non-NULL argument tuples of the node's AI-free input, with row

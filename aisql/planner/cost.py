@@ -133,9 +133,12 @@ def computed_tokens(
     unique = prefix_distinct[-1] if prefix_distinct else 0.0
     total = 0.0 if shared_paid else tokens.shared
     for k, (d, seg) in enumerate(zip(prefix_distinct, tokens.segments)):
-        if k == 0 and leading_cached:
+        if k == 0:
             reused = min(d, leading_cached)
-            total += (d - reused) * seg + reused * tokens.first_literal
+            new = d - reused
+            # New first values share their common openings (measured); reused ones only add the
+            # literal after them.
+            total += (tokens.leading_tokens(new) if new > 0 else 0.0) + reused * tokens.first_literal
         else:
             total += d * seg
     total += unique * (tokens.tail + tokens.label_tails)

@@ -94,6 +94,8 @@ class _InputBuilder:
             query.set("where", exp.Where(this=exp.and_(*pushed)) if pushed else None)
             self._drop_grouping(query)
             items: list[exp.Expression] | None = []
+        elif all_inner and joins and loc.clause in (Clause.WHERE, Clause.JOIN) and self._push_below_joins(query, args):
+            items = []
         else:
             for join in joins:
                 if not self._filter_join(join):
@@ -125,6 +127,39 @@ class _InputBuilder:
         if ctes:
             query = _attach_ctes(query, ctes)
         return query
+
+    def _push_below_joins(self, query: exp.Select, args: list[exp.Expression]) -> bool:
+        """An AI predicate of an inner-join conjunction that reads only some of the tables runs
+        on those tables' rows alone (as DuckDB pushes such a filter below the joins), filtered by
+        the conjuncts that read only them. Rewrites `query` and returns True if it applies."""
+        tables = _qualifiers(args)
+        if tables is None:
+            return False
+        from_ = query.args["from_"]
+        items = [from_.this] + [j.this for j in query.args["joins"]]
+        kept = [item for item in items if item.alias_or_name.lower() in tables]
+        if len(kept) == len(items) or not kept:
+            return False
+        conjuncts = []
+        where = query.args.get("where")
+        for cond in [j.args.get("on") for j in query.args["joins"]] + [where.this if where is not None else None]:
+            if cond is not None:
+                conjuncts.extend(split_conjuncts(cond))
+        filters = []
+        for conjunct in conjuncts:
+            names = bound_call_names(conjunct, self.blocked)
+            if names:
+                if names != {self.self_name}:
+                    self.dropped = True
+                continue
+            used = _qualifiers([conjunct])
+            if used is not None and used <= tables and conjunct.find(exp.Subquery) is None:
+                filters.append(conjunct)
+        query.set("from_", exp.From(this=kept[0]))
+        query.set("joins", [exp.Join(this=item, kind="CROSS") for item in kept[1:]])
+        query.set("where", exp.Where(this=exp.and_(*filters)) if filters else None)
+        self._drop_grouping(query)
+        return True
 
     def _left_side_conjuncts(self, query: exp.Select, k: int) -> list[exp.Expression]:
         where = query.args.get("where")
@@ -208,6 +243,17 @@ def split_conjuncts(cond: exp.Expression) -> list[exp.Expression]:
     if isinstance(cond, exp.And):
         return split_conjuncts(cond.this) + split_conjuncts(cond.expression)
     return [cond]
+
+
+def _qualifiers(expressions: list[exp.Expression]) -> set[str] | None:
+    """Table aliases the expressions' columns name; None if any column is unqualified."""
+    tables: set[str] = set()
+    for expression in expressions:
+        for column in expression.find_all(exp.Column):
+            if not column.table:
+                return None
+            tables.add(column.table.lower())
+    return tables
 
 
 def _is_inner(join: exp.Join) -> bool:

@@ -38,6 +38,12 @@ class TokenProfile:
     segments: tuple[float, ...]  # tokens added by each argument value and the literal text after it
     tail: float  # tokens after the user text (e.g. the assistant header)
     first_literal: float = 0.0  # tokens of the literal text right after the first argument
+    # Prefix sharing among first-argument values (common openings): their segment's prefix tree
+    # over `leading_sampled` distinct values had `leading_tree` nodes, and grew by
+    # `leading_marginal` tokens per value over the second half of the sample.
+    leading_sampled: int = 0
+    leading_tree: float = 0.0
+    leading_marginal: float = 0.0
     label_tails: int = 0  # scoring: sum over labels of (tokens - 1), run once per distinct prompt
     output_tokens: float = 0.0  # generation: tokens decoded per prompt (max_tokens: an upper bound)
     sampled: int = 0  # prompts tokenized
@@ -45,6 +51,14 @@ class TokenProfile:
     @property
     def prompt_tokens(self) -> float:
         return self.shared + sum(self.segments) + self.tail
+
+    def leading_tokens(self, distinct: float) -> float:
+        """Tokens of the first segment's prefix tree over `distinct` first values."""
+        if not self.leading_sampled or not self.segments:
+            return distinct * (self.segments[0] if self.segments else 0.0)
+        if distinct <= self.leading_sampled:
+            return self.leading_tree * distinct / self.leading_sampled
+        return self.leading_tree + (distinct - self.leading_sampled) * self.leading_marginal
 
 
 @dataclass(frozen=True)
