@@ -1,7 +1,8 @@
 """Seeded data for the benchmark queries, with realistic text lengths.
 
     customers  (id, name, segment, profile)          CRM notes of 12-18 sentences, ~850-1300 characters
-    products   (id, name, category, price, description)  catalogue blurbs of 1-2 sentences, 110-175 characters
+    products   (id, name, category, price, description)  a name and a tagline, 50-110 characters
+               (`blurbs=True`: the full catalogue blurb of 1-2 sentences, 110-175 characters)
     reviews    (id, product_id, rating, verified, text)  2-6 sentences, 60-360 characters; many repeat verbatim
     reports    (id, text)                             clinical notes of 6-10 sentences, 350-570 characters
     terms      (kind, term)                           conditions and drugs to look for in reports
@@ -110,19 +111,24 @@ def customers(rng: random.Random, n: int) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-def products(rng: random.Random, n: int) -> pa.Table:
+def products(rng: random.Random, n: int, blurbs: bool = False) -> pa.Table:
     rows = []
     for i in range(n):
         name, category, (low, high), text = examples.PRODUCTS[i % len(examples.PRODUCTS)]
         variant = f" (model {i // len(examples.PRODUCTS) + 1})" if i >= len(examples.PRODUCTS) else ""
-        extra = f" {rng.choice(examples.PRODUCT_EXTRAS)}" if rng.random() < 0.4 else ""
+        if blurbs:
+            extra = f" {rng.choice(examples.PRODUCT_EXTRAS)}" if rng.random() < 0.4 else ""
+            description = f"{name}{variant}: {text}{extra}"
+        else:
+            tagline = " ".join(text.split()[:7]).rstrip(",.")
+            description = f"{name}{variant}: {tagline}."
         rows.append(
             {
                 "id": i + 1,
                 "name": name + variant,
                 "category": category,
                 "price": round(rng.uniform(low, high * 1.5), 2),
-                "description": f"{name}{variant}: {text}{extra}",
+                "description": description,
             }
         )
     return pa.Table.from_pylist(rows)
@@ -156,7 +162,7 @@ def terms(conditions: int, drugs: int) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-def tables(scale: float = 1.0, seed: int = 0) -> dict[str, pa.Table]:
+def tables(scale: float = 1.0, seed: int = 0, blurbs: bool = False) -> dict[str, pa.Table]:
     rng = random.Random(seed)
 
     def n(base: int) -> int:
@@ -164,7 +170,7 @@ def tables(scale: float = 1.0, seed: int = 0) -> dict[str, pa.Table]:
 
     return {
         "customers": customers(rng, n(40)),
-        "products": products(rng, n(40)),
+        "products": products(rng, n(40), blurbs=blurbs),
         "reviews": reviews(rng, n(600), distinct=n(240)),
         "review_pool": reviews(rng, n(600), distinct=n(50)),
         "reports": reports(rng, n(16)),

@@ -17,7 +17,7 @@ import argparse
 import json
 import time
 
-from common import bench_engine, machine, write
+from common import bench_engine, bench_engine_small, machine, write
 from datagen import tables
 
 import aisql
@@ -117,12 +117,14 @@ def prefix_tree_size(sequences) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--model", default="tiny-32k", help="tiny-32k (default), tiny, or any model spec")
+    parser.add_argument("--model", default="tiny-32k", help="tiny-32k (default), tiny-32k-small, tiny, or any model spec")
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode; the fastest is kept")
     parser.add_argument("--only", help="comma-separated query names (prefixes), e.g. Q1,Q4")
+    parser.add_argument("--blurbs", action="store_true", help="Q1 with full product blurbs instead of taglines (a longer tail)")
     args = parser.parse_args()
-    engine = bench_engine() if args.model == "tiny-32k" else load_engine(args.model)
-    data = tables(args.scale)
+    engines = {"tiny-32k": bench_engine, "tiny-32k-small": bench_engine_small}
+    engine = engines[args.model]() if args.model in engines else load_engine(args.model)
+    data = tables(args.scale, blurbs=args.blurbs)
     chosen = [q for q in QUERIES if not args.only or any(q.startswith(o) for o in args.only.split(","))]
     print(f"{'query':14} {'naive s':>8} {'plan s':>7} {'speedup':>8} {'logical':>9} {'computed':>9} {'minimum':>8} {'estimate':>9} {'est.err':>7} {'equal':>6}")
     summary = {}
@@ -144,6 +146,7 @@ def main() -> None:
             "query": name,
             "sql": " ".join(sql.split()),
             "scale": args.scale,
+            "product_text": "blurbs" if args.blurbs else "taglines",
             "model": engine.info.name,
             "machine": machine(),
             "planned_equals_naive": equal,
@@ -158,6 +161,11 @@ def main() -> None:
                 "estimate_error": round(abs(est - planned["computed_tokens"]) / max(1, planned["computed_tokens"]), 4),
             },
         }
+        if args.blurbs:
+            name += "_blurbs"
+        if args.model != "tiny-32k":
+            name += f"_{args.model.replace('/', '_')}"
+        record["query"] = name
         write(name, record)
         summary[name] = record["ratios"] | {"planned_equals_naive": equal}
         r = record["ratios"]

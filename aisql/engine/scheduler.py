@@ -90,12 +90,25 @@ class Scheduler:
         return Work(Row(anchor, prefix_len, list(prompt[prefix_len:])), covered, index, prompt, chain, reuse)
 
     def windows(self, works: list[Work], window_batches: int = 4) -> list[list[Work]]:
-        """Consecutive windows of a few batches' worth of requests, shortest tails first inside
-        each (batches then pad less). The windows keep the callers' prefix order, so the shared
-        prefixes one window reads are few — computed together, in the cache together — and the
-        tree is the same whatever the order inside a window."""
+        """Consecutive windows of a few batches' worth of requests, in the callers' prefix order:
+        the shared prefixes one window reads are few, computed together and in the cache
+        together. Inside a window, each group of requests reading the same shared prefix stays
+        together, shortest tails first (batches then pad less)."""
         size = max(1, window_batches * self.max_batch_size)
-        return [sorted(works[start : start + size], key=lambda w: len(w.prompt)) for start in range(0, len(works), size)]
+        windows = []
+        for start in range(0, len(works), size):
+            window = works[start : start + size]
+            order = {}
+            for work in window:
+                order.setdefault(self.group_of(work), len(order))
+            windows.append(sorted(window, key=lambda w: (order[self.group_of(w)], len(w.prompt))))
+        return windows
+
+    @staticmethod
+    def group_of(work: Work) -> int | None:
+        """The deepest node of a request's path shared with other requests of the call."""
+        shared = [n for n in (work.chain or []) if n.pending >= 2]
+        return id(shared[-1]) if shared else None
 
     def refresh(self, work: Work) -> Work | None:
         """The same work planned against the tree as it is now (an earlier batch may have evicted
@@ -117,6 +130,7 @@ class Scheduler:
         work), cut early where padding to a longer row would waste more than a pass is worth."""
         batch: list[Work] = []
         prefix_width = span = extra = real = 0
+        group = None
         for position, work in enumerate(works):
             more = extra_tokens[position] if extra_tokens is not None else 0
             length = len(work.row.tokens)
@@ -125,12 +139,17 @@ class Scheduler:
             new_extra = max(extra, more)
             size = len(batch) + 1
             waste = size * new_span - (real + length)
+            this_group = self.group_of(work)
             over = batch and (
                 size > self.max_batch_size
                 or size * new_span > self.max_batch_tokens
                 or size * (new_prefix + new_span + new_extra) > self.max_cache_tokens
                 or waste > max(PAD_SLACK_TOKENS, (real + length) // 4)
+                # A batch reading one prefix needs no per-row copies of it: end a half-full batch
+                # batch where the next group begins.
+                or (this_group != group and len(batch) >= self.max_batch_size // 2)
             )
+            group = this_group
             if over:
                 yield batch
                 batch, new_prefix, new_span, new_extra, real = [], work.row.prefix_len, length, more, 0
