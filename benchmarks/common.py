@@ -21,7 +21,7 @@ BENCH_TINY = dict(
     num_attention_heads=8,
     num_key_value_heads=2,
     max_position_embeddings=4096,
-    initializer_range=0.5,  # like `tiny`: answers vary from prompt to prompt (0.02 answers all alike)
+    initializer_range=0.1,  # answers vary (0.02: all alike) and numerics stay sane (0.5: logits explode)
     model_vocab_size=32000,
 )
 
