@@ -17,7 +17,7 @@ least one read of the weights. It is a lower bound (no Python or kernel-launch o
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 
 from aisql.planner.hardware import Hardware
 from aisql.planner.plan import AINode, Plan
@@ -39,11 +39,7 @@ class Side:
     usd: float
 
     def __add__(self, other: "Side") -> "Side":
-        return Side(*(a + b for a, b in zip(astuple_side(self), astuple_side(other))))
-
-
-def astuple_side(side: Side) -> tuple:
-    return (side.prompts, side.tokens, side.flops, side.time_s, side.usd)
+        return Side(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
 
 ZERO = Side(0, 0, 0, 0, 0)
