@@ -47,14 +47,32 @@ def resolve_model_spec(spec: str | None) -> tuple[str, bool]:
     return DEFAULT_MODEL, True
 
 
-def load_engine(
-    spec: str | None = None,
-    options: EngineOptions = EngineOptions(),
-    warn: Callable[[str], None] | None = None,
-) -> Engine:
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Which model a spec means and where its files are — decided without loading it."""
+
+    name: str
+    backend: str  # "hf" (the built-in engine) | "vllm"
+    location: str  # a directory for "hf"; the model id or path for "vllm"
+    source: str
+    note: str | None = None
+    is_test: bool = False
+
+    def fingerprint(self, options: "EngineOptions") -> str:
+        """Identifies weights, tokenizer and quantization: the result cache's model key."""
+        base = _fingerprint(Path(self.location)) if self.backend == "hf" else f"vllm:{self.location}"
+        return base + (f"+{options.quantize}" if options.quantize else "")
+
+
+def resolve_model(
+    spec: str | None = None, warn: Callable[[str], None] | None = None, weights: bool = True
+) -> ResolvedModel:
+    """The model a spec (else $AISQL_MODEL, else the default) means; only the default falls back
+    to 'tiny', with a warning, when it is not available. `weights=False`: a Hub model's
+    configuration and tokenizer are enough (for explain)."""
     name, is_default = resolve_model_spec(spec)
     try:
-        return _load(name, options)
+        return _resolve(name, weights)
     except ModelError as err:
         if not is_default:
             raise
@@ -64,7 +82,25 @@ def load_engine(
                 "using the offline test model 'tiny' instead, whose answers are meaningless. "
                 "Pass --model to choose a model."
             )
-        return _load("tiny", options)
+        return _resolve("tiny", weights)
+
+
+def load_engine(
+    spec: str | None = None,
+    options: EngineOptions = EngineOptions(),
+    warn: Callable[[str], None] | None = None,
+) -> Engine:
+    return load_resolved(resolve_model(spec, warn), options)
+
+
+def load_resolved(model: ResolvedModel, options: EngineOptions) -> Engine:
+    if model.backend == "vllm":
+        from aisql.engine.vllm import load_vllm_engine
+
+        return load_vllm_engine(model.location, options)
+    return load_hf_directory(
+        Path(model.location), name=model.name, options=options, source=model.source, note=model.note, is_test=model.is_test
+    )
 
 
 def load_model_facts(spec: str | None = None, warn: Callable[[str], None] | None = None):
@@ -77,67 +113,26 @@ def load_model_facts(spec: str | None = None, warn: Callable[[str], None] | None
     from aisql.engine.profile import profile_from_config
     from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
 
-    name, is_default = resolve_model_spec(spec)
-    try:
-        directory, label = _model_directory(name)
-    except ModelError as err:
-        if not is_default:
-            raise
-        if warn is not None:
-            warn(f"warning: cannot find the default model {name} ({err.message}); estimating for 'tiny'")
-        directory, label = _model_directory("tiny")
+    model = resolve_model(spec, warn, weights=False)
     transformers.utils.logging.set_verbosity_error()
-    tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokenizer = AutoTokenizer.from_pretrained(model.location)
     encoder = EncodesPrompts()
     encoder.format = PromptFormat(tokenizer)
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    return ModelFacts(format=encoder.format, profile=profile_from_config(directory, label, dtype), encode_label=encoder.encode_label)
+    return ModelFacts(format=encoder.format, profile=profile_from_config(model.location, model.name, dtype), encode_label=encoder.encode_label)
 
 
-def _model_directory(name: str) -> tuple[Path, str]:
-    """Where a spec's files are (building `tiny`, downloading config and tokenizer if needed)."""
-    if name.lower() == "tiny":
-        from aisql.engine.tiny import tiny_model_dir
-
-        return tiny_model_dir(), "tiny"
-    if name.lower().startswith("vllm:"):
-        name = name[len("vllm:") :]
-    path = Path(name).expanduser()
-    if path.exists():
-        if not (path / "config.json").exists():
-            raise ModelError(f"{name} is not a model directory (it has no config.json)")
-        return path, name
-    if not _HUB_ID.match(name):
-        raise ModelError(f"unknown model {name!r}", hint="use 'tiny', a Hugging Face id or a local model directory")
-    from huggingface_hub import snapshot_download
-
-    patterns = ["*.json", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
-    try:
-        return Path(snapshot_download(name, local_files_only=True, allow_patterns=patterns)), name
-    except Exception:
-        endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-        if os.environ.get("HF_HUB_OFFLINE") or not _reachable(endpoint):
-            raise ModelError(f"{name} is not in the local Hugging Face cache and {endpoint} is unreachable") from None
-        try:
-            return Path(snapshot_download(name, allow_patterns=patterns)), name
-        except Exception as err:
-            raise ModelError(f"cannot download {name}'s configuration: {type(err).__name__}") from None
-
-
-def _load(name: str, options: EngineOptions) -> Engine:
+def _resolve(name: str, weights: bool = True) -> ResolvedModel:
     lowered = name.lower()
     if lowered == "tiny":
         from aisql.engine.tiny import NOTE, tiny_model_dir
 
-        directory = tiny_model_dir()
-        return load_hf_directory(directory, name="tiny", options=options, source="built offline", note=NOTE, is_test=True)
+        return ResolvedModel("tiny", "hf", str(tiny_model_dir()), "built offline", note=NOTE, is_test=True)
     if lowered.startswith("vllm:"):
-        from aisql.engine.vllm import load_vllm_engine
-
         target = name[len("vllm:") :]
         if not target:
             raise ModelError("vllm: needs a model, e.g. vllm:Qwen/Qwen3-0.6B")
-        return load_vllm_engine(target, options)
+        return ResolvedModel(name, "vllm", target, "vllm")
     if lowered.startswith("openai:"):
         raise ModelError(
             "model backend 'openai' is not available in this version of aisql",
@@ -147,7 +142,7 @@ def _load(name: str, options: EngineOptions) -> Engine:
     if path.exists():
         if not (path / "config.json").exists():
             raise ModelError(f"{name} is not a model directory (it has no config.json)")
-        return load_hf_directory(path, name=name, options=options, source=f"local directory {path}")
+        return ResolvedModel(name, "hf", str(path), f"local directory {path}")
     if name.startswith((".", "/", "~")) or os.sep in name.strip("/").replace("/", "", 1):
         raise ModelError(f"model directory {name} does not exist")
     if not _HUB_ID.match(name):
@@ -155,31 +150,30 @@ def _load(name: str, options: EngineOptions) -> Engine:
             f"unknown model {name!r}",
             hint="use 'tiny', a Hugging Face id such as Qwen/Qwen3-0.6B, or a local model directory",
         )
-    return _load_from_hub(name, options)
+    return ResolvedModel(name, "hf", str(_hub_snapshot(name, weights)), f"huggingface {name}")
 
 
-def _load_from_hub(repo_id: str, options: EngineOptions) -> Engine:
+def _hub_snapshot(repo_id: str, weights: bool = True) -> Path:
+    """The local snapshot of a Hub model, downloading it if it is not cached and the Hub answers."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+    patterns = ["*.json", "*.model", "*.txt", "*.jinja", "*.tiktoken"] + (["*.safetensors"] if weights else [])
     try:
         directory = snapshot_download(repo_id, local_files_only=True, allow_patterns=patterns)
         if not (Path(directory) / "config.json").exists():
             raise LocalEntryNotFoundError("incomplete snapshot")
+        return Path(directory)
     except (LocalEntryNotFoundError, FileNotFoundError, OSError):
         if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
             raise ModelError(f"{repo_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set") from None
         endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
         if not _reachable(endpoint):
-            raise ModelError(
-                f"{repo_id} is not in the local Hugging Face cache and {endpoint} is unreachable"
-            ) from None
+            raise ModelError(f"{repo_id} is not in the local Hugging Face cache and {endpoint} is unreachable") from None
         try:
-            directory = snapshot_download(repo_id, allow_patterns=patterns)
+            return Path(snapshot_download(repo_id, allow_patterns=patterns))
         except Exception as err:  # RepositoryNotFoundError, GatedRepoError, HTTP errors
             raise ModelError(f"cannot download {repo_id} from {endpoint}: {type(err).__name__}: {_first_line(err)}") from None
-    return load_hf_directory(Path(directory), name=repo_id, options=options, source=f"huggingface {repo_id}")
 
 
 def load_hf_directory(

@@ -63,7 +63,7 @@ class VLLMEngine(EncodesPrompts):
             device="cuda",
             dtype=str(getattr(config, "dtype", "auto")).replace("torch.", ""),
             max_context=int(getattr(config, "max_model_len", 4096)),
-            fingerprint=f"vllm:{model}:{getattr(config, 'revision', None) or 'main'}",
+            fingerprint=f"vllm:{model}" + (f"+{options.quantize}" if options.quantize else ""),  # = ResolvedModel.fingerprint
             note=f"weights quantized to {options.quantize} (opt-in)" if options.quantize else None,
             quantization=options.quantize,
         )
