@@ -20,9 +20,14 @@ class Answer:
 
 
 class AnswerStore(Protocol):
+    """`task` namespaces the answers: the model's fingerprint and the task's signature."""
+
     def get(self, task: str, text: str) -> Answer | None: ...
 
-    def put_many(self, task: str, answers: dict[str, Answer]) -> None: ...
+    def get_many(self, task: str, texts) -> dict[str, Answer]: ...
+
+    def put_many(self, task: str, answers: dict[str, Answer]) -> None:
+        """Store (and, for persistent stores, commit) the answers."""
 
 
 class MemoryAnswerStore:
@@ -32,6 +37,14 @@ class MemoryAnswerStore:
 
     def get(self, task: str, text: str) -> Answer | None:
         return self._answers.get((task, text))
+
+    def get_many(self, task: str, texts) -> dict[str, Answer]:
+        found = {}
+        for text in texts:
+            answer = self._answers.get((task, text))
+            if answer is not None:
+                found[text] = answer
+        return found
 
     def put_many(self, task: str, answers: dict[str, Answer]) -> None:
         with self._lock:

@@ -1,13 +1,15 @@
 """Ask the engine for the answers to a set of distinct prompt texts of one task.
 
 Prompts are encoded in the model's format, checked against its context length before anything
-runs, ordered by token ids so prompts sharing a prefix are adjacent (the engine's batches and KV
-cache both profit), and sent as one request list.
+runs (or truncated, if asked), and ordered by token ids — depth-first over their prefix tree — so
+prompts sharing a prefix are adjacent (the engine's batches and KV cache both profit). The caller
+may run the ordered prompts in chunks, committing answers after each one.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from aisql.engine.base import Engine, GenerateRequest, ScoreRequest
@@ -15,55 +17,80 @@ from aisql.errors import ModelError
 from aisql.executor.answers import Answer
 from aisql.executor.tasks import Task
 
+OVERFLOW_MODES = ("error", "truncate")
 
-def evaluate(
+
+@dataclass(frozen=True)
+class Prepared:
+    text: str
+    ids: tuple[int, ...]
+    truncated: bool = False
+
+
+def prepare(
     engine: Engine,
     task: Task,
     texts: Sequence[str],
     *,
-    naive: bool = False,
     group_by: Callable[[str], tuple] | None = None,
-) -> dict[str, Answer]:
-    """Answers for distinct `texts`. `naive`: no KV reuse and no speculation (the reference).
-
-    Prompts run in token order — depth-first over their prefix tree — within groups given by
-    `group_by` (an AI join's anchor values, when the anchor is not the prompt's leading part)."""
+    on_overflow: str = "error",
+) -> list[Prepared]:
+    """Encode `texts` and put them in evaluation order (token order within `group_by` groups —
+    an AI join's anchor values when the anchor is not the prompt's leading part)."""
     if not texts:
-        return {}
+        return []
     ids = engine.encode_prompts(task.instruction, list(texts))
     label_ids = tuple(engine.encode_label(label) for label in task.labels) if task.scores_labels else ()
-    _check_context(engine, task, texts, ids, label_ids)
+    items = [_fit(engine, task, text, prompt, label_ids, on_overflow) for text, prompt in zip(texts, ids)]
     if group_by is None:
-        order = sorted(range(len(texts)), key=lambda i: ids[i])
-    else:
-        order = sorted(range(len(texts)), key=lambda i: (group_by(texts[i]), ids[i]))
+        return sorted(items, key=lambda p: p.ids)
+    return sorted(items, key=lambda p: (group_by(p.text), p.ids))
+
+
+def run(engine: Engine, task: Task, items: Sequence[Prepared], *, naive: bool = False) -> dict[str, Answer]:
+    """Answers for prepared prompts, in one engine call. `naive`: no KV reuse, no speculation."""
+    if not items:
+        return {}
     answers: dict[str, Answer] = {}
     if task.scores_labels:
-        requests = [ScoreRequest(ids[i], label_ids) for i in order]
-        for i, request, scores in zip(order, requests, engine.score(requests, reuse=not naive)):
+        label_ids = tuple(engine.encode_label(label) for label in task.labels)
+        requests = [ScoreRequest(p.ids, label_ids) for p in items]
+        for item, request, scores in zip(items, requests, engine.score(requests, reuse=not naive)):
             best = scores.best
-            answers[texts[i]] = Answer(
-                value=task.value_of_label(best),
-                cost=request.standalone_tokens(),
-                score=math.exp(scores.logprobs[best]),
+            answers[item.text] = Answer(
+                value=task.value_of_label(best), cost=request.standalone_tokens(), score=math.exp(scores.logprobs[best])
             )
     else:
         room = engine.info.max_context
-        requests = [GenerateRequest(ids[i], min(task.max_tokens or 1, room - len(ids[i]))) for i in order]
-        for i, request, generation in zip(
-            order, requests, engine.generate(requests, reuse=not naive, speculative=not naive)
-        ):
-            answers[texts[i]] = Answer(value=generation.text, cost=generation.standalone_tokens(request))
+        requests = [GenerateRequest(p.ids, min(task.max_tokens or 1, room - len(p.ids))) for p in items]
+        generations = engine.generate(requests, reuse=not naive, speculative=not naive)
+        for item, request, generation in zip(items, requests, generations):
+            answers[item.text] = Answer(value=generation.text, cost=generation.standalone_tokens(request))
     return answers
 
 
-def _check_context(engine: Engine, task: Task, texts, ids, label_ids) -> None:
+def evaluate(engine: Engine, task: Task, texts: Sequence[str], *, naive: bool = False, **options) -> dict[str, Answer]:
+    """prepare + run in one go (for small sets: samples, one naive row)."""
+    return run(engine, task, prepare(engine, task, texts, **options), naive=naive)
+
+
+def _fit(engine: Engine, task: Task, text: str, prompt: tuple[int, ...], label_ids, on_overflow: str) -> Prepared:
     needed = max((len(label) for label in label_ids), default=1)
     limit = engine.info.max_context
-    for text, prompt in zip(texts, ids):
-        if len(prompt) + needed > limit:
-            preview = text[:60] + ("..." if len(text) > 60 else "")
-            raise ModelError(
-                f"a prompt of {len(prompt)} tokens does not fit the model's context of {limit} tokens: {preview!r}",
-                hint="shorten the values in the prompt (e.g. left(col, 2000)) or use a model with a longer context",
-            )
+    if len(prompt) + needed <= limit:
+        return Prepared(text, prompt)
+    if on_overflow == "truncate":
+        # Keep the prompt's end (the chat template's closing, where the answer starts) and cut
+        # the text before it.
+        keep_end = min(len(prompt), _suffix_tokens(engine, engine.format.frame(task.instruction)[1]))
+        head = limit - needed - keep_end
+        return Prepared(text, prompt[:head] + prompt[len(prompt) - keep_end :], truncated=True)
+    preview = text[:60] + ("..." if len(text) > 60 else "")
+    raise ModelError(
+        f"a prompt of {len(prompt)} tokens does not fit the model's context of {limit} tokens: {preview!r}",
+        hint="shorten the values in the prompt (e.g. left(col, 2000)), use --on-overflow truncate, or a model with a longer context",
+    )
+
+
+def _suffix_tokens(engine: Engine, suffix: str) -> int:
+    return engine.format.count_tokens([suffix])[0] if suffix else 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import duckdb
@@ -18,16 +19,35 @@ import duckdb
 from aisql.engine.base import Engine
 from aisql.errors import AisqlError
 from aisql.executor.answers import Answer, AnswerStore
-from aisql.executor.evaluate import evaluate
+from aisql.executor.budget import Budget
+from aisql.executor.evaluate import evaluate, prepare, run
+from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.prompts import PromptSet
 from aisql.executor.stats import NodeStats
 from aisql.executor.tasks import Task, task_for
 from aisql.planner.plan import AINode, Strategy
 
 
+@dataclass
+class RunOptions:
+    """How a run evaluates prompts: checkpoints, context overflow, budget, progress."""
+
+    checkpoint_every: int = 256  # commit answers after at most this many prompts...
+    checkpoint_seconds: float = 10.0  # ...or about this much model time, whichever comes first
+    on_overflow: str = "error"  # a prompt longer than the context: "error" | "truncate"
+    budget: Budget | None = None
+    progress: Progress = field(default_factory=NoProgress)
+
+
 class NodeRuntime:
     def __init__(
-        self, node: AINode, engine: Callable[[], Engine], store: AnswerStore, lock: threading.RLock
+        self,
+        node: AINode,
+        engine: Callable[[], Engine],
+        store: AnswerStore,
+        lock: threading.RLock,
+        namespace: Callable[[], str] = lambda: "",
+        options: RunOptions | None = None,
     ) -> None:
         self.node = node
         self.call = node.call
@@ -35,6 +55,8 @@ class NodeRuntime:
         self._engine = engine
         self.store = store
         self.lock = lock
+        self._namespace = namespace
+        self.options = options or RunOptions()
         self.values: dict[tuple, Any] = {}  # argument tuple -> SQL value
         self.seen_texts: set[str] = set()
         self.stats = NodeStats(node=node.id, function=node.call.describe(), strategy=node.strategy.value)
@@ -78,33 +100,71 @@ class NodeRuntime:
         self.stats.wall_s += time.perf_counter() - started
         return out
 
+    @property
+    def store_key(self) -> str:
+        """Answers are kept per model (fingerprint) and task (function, instruction, labels)."""
+        return f"{self._namespace()}/{self.task.signature}"
+
     def _answer(self, prompts: PromptSet) -> None:
         """Fill self.values for every tuple of `prompts`, asking the model only for new texts."""
         self.stats.prompts_total += prompts.prompts_total
         new_texts = [t for t in prompts.counts if t not in self.seen_texts]
         self.stats.prompts_unique += len(new_texts)
         self.seen_texts.update(new_texts)
-        known: dict[str, Answer] = {}
-        todo: list[str] = []
-        for text in prompts.counts:
-            answer = self.store.get(self.task.signature, text)
-            if answer is None:
-                todo.append(text)
-            else:
-                known[text] = answer
-        self.stats.prompts_cached += sum(1 for t in known if t in new_texts)
+        key = self.store_key
+        known: dict[str, Answer] = self.store.get_many(key, list(prompts.counts))
+        todo = [t for t in prompts.counts if t not in known]
+        self.stats.prompts_cached += sum(1 for t in new_texts if t in known)
         if todo:
-            with self.lock:
-                before = self.engine.stats.copy()
-                fresh = self._evaluate(todo, self._anchor_groups(prompts))
-                self.stats.add_engine(self.engine.stats.since(before))
-            self.store.put_many(self.task.signature, fresh)
-            known.update(fresh)
-            self.stats.prompts_evaluated += len(fresh)
+            self._evaluate(key, todo, self._anchor_groups(prompts), known, cached=len(prompts.counts) - len(todo))
         for text, count in prompts.counts.items():
             self.stats.logical_tokens += count * known[text].cost
         for values, text in prompts.text_of.items():
             self.values[values] = known[text].value
+
+    def _evaluate(self, key: str, todo: list[str], group_by, known: dict[str, Answer], cached: int) -> None:
+        """Evaluate in chunks in prefix order, committing each chunk's answers before the next
+        starts: a crash or kill loses at most the chunk in flight."""
+        options = self.options
+        try:
+            with self.lock:
+                items = prepare(self.engine, self.task, todo, group_by=group_by, on_overflow=options.on_overflow)
+        except AisqlError as err:
+            raise self._located(err) from None
+        options.progress.start(self.node.id, self.call.describe(), len(items), cached)
+        size = max(1, options.checkpoint_every)
+        done = 0
+        try:
+            while done < len(items):
+                chunk = items[done : done + size]
+                budget = options.budget
+                if budget is not None:
+                    chunk = chunk[: budget.allowed(len(chunk))]
+                    if not chunk:
+                        raise budget.stopped()
+                with self.lock:
+                    before = self.engine.stats.copy()
+                    started = time.perf_counter()
+                    try:
+                        fresh = run(self.engine, self.task, chunk)
+                    except AisqlError as err:
+                        raise self._located(err) from None
+                    elapsed = time.perf_counter() - started
+                    delta = self.engine.stats.since(before)
+                self.stats.add_engine(delta)
+                self.store.put_many(key, fresh)  # the checkpoint: committed before the next chunk
+                known.update(fresh)
+                self.stats.prompts_evaluated += len(fresh)
+                self.stats.prompts_truncated += sum(1 for p in chunk if p.truncated)
+                if budget is not None:
+                    budget.spend(len(fresh), elapsed)
+                options.progress.advance(self.node.id, len(fresh), delta.computed_tokens)
+                done += len(chunk)
+                # Next chunk: about checkpoint_seconds of model time at this chunk's rate.
+                rate = len(chunk) / max(elapsed, 1e-6)
+                size = max(1, min(options.checkpoint_every, int(rate * options.checkpoint_seconds)))
+        finally:
+            options.progress.finish(self.node.id)
 
     def _anchor_groups(self, prompts: PromptSet):
         """An AI join anchored on a table that is not the prompt's leading part: evaluate its
@@ -114,12 +174,6 @@ class NodeRuntime:
             return None  # token order already groups prompts by their leading argument
         anchor_of = {text: tuple(values[i] for i in args) for values, text in prompts.text_of.items()}
         return lambda text: anchor_of.get(text, ())
-
-    def _evaluate(self, texts: list[str], group_by=None) -> dict[str, Answer]:
-        try:
-            return evaluate(self.engine, self.task, texts, group_by=group_by)
-        except AisqlError as err:
-            raise self._located(err) from None
 
     # ---- naive ----------------------------------------------------------------------------
     def naive_row(self, values: tuple) -> Any:
@@ -143,7 +197,7 @@ class NodeRuntime:
         return value
 
     def _naive_answer(self, text: str) -> tuple[Any, int]:
-        answers = evaluate(self.engine, self.task, [text], naive=True)
+        answers = evaluate(self.engine, self.task, [text], naive=True, on_overflow=self.options.on_overflow)
         answer = answers[text]
         return answer.value, answer.cost
 

@@ -20,7 +20,7 @@ from aisql.engine.base import Engine
 from aisql.executor import udf
 from aisql.executor.answers import AnswerStore
 from aisql.executor.duckdb_errors import translate
-from aisql.executor.node_runtime import NodeRuntime
+from aisql.executor.node_runtime import NodeRuntime, RunOptions
 from aisql.executor.stats import NodeStats
 from aisql.planner.plan import Plan, Strategy
 from aisql.sql.bind import BoundStatement
@@ -35,13 +35,23 @@ class StatementResult:
 
 class Executor:
     def __init__(
-        self, con: duckdb.DuckDBPyConnection, engine: Callable[[], Engine], store: AnswerStore, *, naive: bool = False
+        self,
+        con: duckdb.DuckDBPyConnection,
+        engine: Callable[[], Engine],
+        store: AnswerStore,
+        *,
+        naive: bool = False,
+        namespace: Callable[[], str] = lambda: "",
+        options: RunOptions | None = None,
     ) -> None:
-        """`engine` is called when a prompt first needs the model (so bad SQL fails before loading it)."""
+        """`engine` is called when a prompt first needs the model (so bad SQL fails before
+        loading it); `namespace` names the model in the answer store without loading it."""
         self.con = con
         self.engine = engine
         self.store = store
         self.naive = naive
+        self.namespace = namespace
+        self.options = options or RunOptions()
         self.lock = threading.RLock()
 
     def check(self, bound: BoundStatement, source: SourceText) -> None:
@@ -62,7 +72,7 @@ class Executor:
         if plan.is_relational_only:
             return StatementResult(self._duckdb(lambda: _fetch(self.con.sql(plan.final_sql)), bound, source), [])
         errors = udf.UdfErrors()
-        runtimes = [NodeRuntime(node, self.engine, self.store, self.lock) for node in plan.nodes]
+        runtimes = [NodeRuntime(node, self.engine, self.store, self.lock, self.namespace, self.options) for node in plan.nodes]
         for runtime in runtimes:
             udf.register(self.con, runtime, self.naive, errors)
         try:

@@ -16,25 +16,30 @@ from aisql.planner.plan import AINode
 
 
 class SampleEvaluator:
-    def __init__(self, engine: Callable[[], Engine], store: AnswerStore) -> None:
+    def __init__(self, engine: Callable[[], Engine], store: AnswerStore, namespace: Callable[[], str] = lambda: "") -> None:
         self._engine = engine
         self.store = store
+        self._namespace = namespace
         self.prompts: dict[str, int] = {}  # node id -> prompts evaluated for samples
         self.work: dict[str, EngineStats] = {}  # node id -> engine work spent on them
 
     def __call__(self, node: AINode, tuples: list[tuple]) -> list:
         task = task_for(node.call)
+        key = f"{self._namespace()}/{task.signature}"
         texts = [node.call.template.render(values) for values in tuples]
-        todo = list(dict.fromkeys(t for t in texts if self.store.get(task.signature, t) is None))
+        known = self.store.get_many(key, texts)
+        todo = list(dict.fromkeys(t for t in texts if t not in known))
         if todo:
             engine = self._engine()
             before = engine.stats.copy()
-            self.store.put_many(task.signature, evaluate(engine, task, todo))
+            fresh = evaluate(engine, task, todo)
+            self.store.put_many(key, fresh)
+            known.update(fresh)
             delta = engine.stats.since(before)
             previous = self.work.get(node.id)
             self.work[node.id] = delta if previous is None else _add(previous, delta)
             self.prompts[node.id] = self.prompts.get(node.id, 0) + len(todo)
-        return [self.store.get(task.signature, t).value for t in texts]
+        return [known[t].value for t in texts]
 
 
 def _add(a: EngineStats, b: EngineStats) -> EngineStats:

@@ -24,6 +24,7 @@ class NodeStats:
     prompts_evaluated: int = 0  # distinct prompts sent to the model
     prompts_late: int = 0  # prompts the final query needed that prefetch did not cover
     prompts_sampled: int = 0  # prompts evaluated before planning to measure selectivity
+    prompts_truncated: int = 0  # prompts cut to fit the context (--on-overflow truncate)
     logical_tokens: int = 0  # tokens naive execution would run through the model
     computed_tokens: int = 0  # tokens actually run through the model (padding excluded)
     kv_hit_tokens: int = 0  # prompt tokens read from the prefix KV cache
@@ -68,6 +69,7 @@ _SUMMED = (
     "prompts_evaluated",
     "prompts_late",
     "prompts_sampled",
+    "prompts_truncated",
     "logical_tokens",
 ) + _FROM_ENGINE
 

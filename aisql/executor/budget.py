@@ -1,0 +1,55 @@
+"""Budget guard: stop before a run spends more prompts or money than the user allowed.
+
+The planner's estimate is checked before anything runs; while running, every chunk is checked
+before it starts (its cost predicted from the run's own rate so far), so the limit is never
+crossed. Whatever was answered before the stop is already committed to the result cache: a
+rerun with a higher limit continues where this one stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aisql.errors import AisqlError
+
+
+class BudgetExceeded(AisqlError):
+    """A run would cross --max-prompts or --max-cost."""
+
+
+@dataclass
+class Budget:
+    max_prompts: int | None = None
+    max_usd: float | None = None
+    price_per_hour: float = 0.0  # what a second of model time costs, for --max-cost
+    prompts: int = 0  # evaluated so far
+    seconds: float = 0.0  # model time so far
+
+    @property
+    def usd(self) -> float:
+        return self.seconds * self.price_per_hour / 3600
+
+    def allowed(self, wanted: int) -> int:
+        """How many of the next `wanted` prompts may still run."""
+        allowed = wanted
+        if self.max_prompts is not None:
+            allowed = min(allowed, max(0, self.max_prompts - self.prompts))
+        if self.max_usd is not None and self.price_per_hour > 0 and self.prompts:
+            usd_per_prompt = self.usd / self.prompts
+            if usd_per_prompt > 0:
+                allowed = min(allowed, max(0, int((self.max_usd - self.usd) / usd_per_prompt)))
+        return allowed
+
+    def spend(self, prompts: int, seconds: float) -> None:
+        self.prompts += prompts
+        self.seconds += seconds
+
+    def stopped(self) -> BudgetExceeded:
+        limit = (
+            f"--max-prompts {self.max_prompts}" if self.max_prompts is not None and self.prompts >= self.max_prompts
+            else f"--max-cost {self.max_usd}"
+        )
+        return BudgetExceeded(
+            f"stopped after {self.prompts} new prompts (${self.usd:.4f} of model time): the next ones would exceed {limit}",
+            hint="the answers so far are saved in the result cache: rerun with a higher limit to continue",
+        )

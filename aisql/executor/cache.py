@@ -1,0 +1,143 @@
+"""The persistent result cache: answers already paid for, kept across runs and processes.
+
+SQLite in WAL mode, the embedded database built for this: any number of processes read while one
+writes, writers queue on a lock (`busy_timeout`), and a committed transaction survives `kill -9`
+and power loss. The key hashes (model fingerprint — weights, tokenizer, quantization —, task —
+function, instruction, labels, options —, rendered prompt): a changed model or question is never
+answered from the cache. Answers are deterministic, so two processes computing the same prompt
+write the same row: `INSERT OR IGNORE` keeps the first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Iterable
+
+from aisql.errors import AisqlError
+from aisql.executor.answers import Answer
+from aisql.paths import cache_root
+
+SCHEMA_VERSION = 1
+_LOOKUP_CHUNK = 500
+
+
+def default_cache_path() -> Path:
+    return cache_root() / "answers.sqlite"
+
+
+class SqliteAnswerStore:
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path).expanduser()
+        if self.path.is_dir():
+            raise CacheError(f"cache path {self.path} is a directory", hint="give a file name, e.g. answers.sqlite")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise CacheError(f"cannot create the cache directory {self.path.parent}: {err.strerror or err}") from None
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA busy_timeout = 60000")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._init_schema()
+        except sqlite3.DatabaseError as err:
+            raise CacheError(
+                f"cache file {self.path} is not an aisql result cache ({err})",
+                hint="point --cache at another file, or delete this one if you do not need it",
+            ) from None
+
+    def _init_schema(self) -> None:
+        self._db.execute(
+            """CREATE TABLE IF NOT EXISTS answers (
+                   key BLOB PRIMARY KEY,
+                   task TEXT NOT NULL,
+                   value TEXT NOT NULL,
+                   created REAL NOT NULL
+               ) WITHOUT ROWID"""
+        )
+        self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        version = self._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchall()[0][0]
+        if int(version) != SCHEMA_VERSION:
+            raise CacheError(f"cache file {self.path} has schema version {version}, this aisql reads {SCHEMA_VERSION}")
+
+    # ---- the AnswerStore interface -------------------------------------------------------------
+    def get(self, task: str, text: str) -> Answer | None:
+        return self.get_many(task, [text]).get(text)
+
+    def get_many(self, task: str, texts: Iterable[str]) -> dict[str, Answer]:
+        texts = list(dict.fromkeys(texts))
+        keys = {_key(task, t): t for t in texts}
+        found: dict[str, Answer] = {}
+        ordered = list(keys)
+        with self._lock:
+            for start in range(0, len(ordered), _LOOKUP_CHUNK):
+                chunk = ordered[start : start + _LOOKUP_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                for key, value in self._db.execute(f"SELECT key, value FROM answers WHERE key IN ({marks})", chunk):
+                    found[keys[bytes(key)]] = _decode(value)
+        return found
+
+    def put_many(self, task: str, answers: dict[str, Answer]) -> None:
+        """Commit `answers` in one transaction: after it returns they survive a crash."""
+        if not answers:
+            return
+        now = time.time()
+        rows = [(_key(task, text), task, _encode(answer), now) for text, answer in answers.items()]
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("INSERT OR IGNORE INTO answers VALUES (?, ?, ?, ?)", rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    # ---- maintenance ------------------------------------------------------------------------
+    def stats(self) -> dict:
+        with self._lock:
+            entries = self._db.execute("SELECT count(*) FROM answers").fetchall()[0][0]
+            tasks = self._db.execute("SELECT count(DISTINCT task) FROM answers").fetchall()[0][0]
+            oldest, newest = self._db.execute("SELECT min(created), max(created) FROM answers").fetchall()[0]
+        size = sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file())
+        return {"path": str(self.path), "entries": entries, "tasks": tasks, "bytes": size, "oldest": oldest, "newest": newest}
+
+    def clear(self) -> int:
+        with self._lock:
+            removed = self._db.execute("SELECT count(*) FROM answers").fetchall()[0][0]
+            self._db.execute("DELETE FROM answers")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._db.execute("VACUUM")
+        return removed
+
+    def integrity(self) -> str:
+        with self._lock:
+            return self._db.execute("PRAGMA integrity_check").fetchall()[0][0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class CacheError(AisqlError):
+    """The result cache cannot be opened or used."""
+
+
+def _key(task: str, text: str) -> bytes:
+    return hashlib.sha256(task.encode() + b"\x1f" + text.encode()).digest()
+
+
+def _encode(answer: Answer) -> str:
+    return json.dumps({"v": answer.value, "c": answer.cost, "s": answer.score})
+
+
+def _decode(value: str) -> Answer:
+    data = json.loads(value)
+    return Answer(value=data["v"], cost=data["c"], score=data["s"])
