@@ -21,18 +21,24 @@ from typing import Callable, Sequence
 import duckdb
 import pyarrow as pa
 
-from aisql.engine.base import Engine, ModelInfo
-from aisql.engine.loader import EngineOptions, load_engine, resolve_model_spec
-from aisql.errors import DataError
-from aisql.executor.answers import AnswerStore, MemoryAnswerStore
+from aisql.engine.base import Engine
+from aisql.engine.loader import EngineOptions, ResolvedModel, load_resolved, resolve_model, resolve_model_spec
+from aisql.errors import AisqlError, DataError
+from aisql.executor.answers import AnswerStore
+from aisql.executor.budget import Budget
+from aisql.executor.cache import open_answer_store
+from aisql.executor.evaluate import OVERFLOW_MODES
+from aisql.executor.node_runtime import RunOptions
+from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.run import Executor
 from aisql.executor.sampling import SampleEvaluator
 from aisql.executor.statistics import RunStatistics
 from aisql.executor.stats import RunStats
+from aisql.executor.tasks import task_for
 from aisql.planner import Plan, plan_statement
 from aisql.planner.cost import PlanEstimate, estimate_plan
 from aisql.planner.explain import plan_to_dict, plans_tree
-from aisql.planner.hardware import Hardware, hardware_profile
+from aisql.planner.hardware import Hardware, default_hardware, hardware_profile
 from aisql.sql.bind import BoundStatement, bind_statement
 from aisql.sql.parse import parse_script
 from aisql.sql.source import SourceText
@@ -49,11 +55,20 @@ _READERS = {
 }
 
 
+@dataclass(frozen=True)
+class ModelUsed:
+    """The model a run's answers came from — loaded, or known by fingerprint from the cache."""
+
+    name: str
+    note: str | None  # test model, quantization: said wherever its answers go
+    device: str | None  # None: not loaded, every answer came from the result cache
+
+
 @dataclass
 class QueryResult:
     table: pa.Table | None  # the last statement's rows (None if it returned none)
     stats: RunStats
-    model: ModelInfo | None  # None when the script had no AI calls
+    model: ModelUsed | None  # None when the script had no AI calls
 
 
 @dataclass
@@ -94,9 +109,12 @@ class Connection:
         model: str | None = None,
         engine: Engine | None = None,
         engine_options: EngineOptions = EngineOptions(),
+        cache: bool | str | os.PathLike = True,
         store: AnswerStore | None = None,
         warn: Callable[[str], None] | None = None,
     ) -> None:
+        """`cache`: True keeps answers in the default result cache (aisql.executor.cache), a path
+        keeps them there, False only for this connection's life. `store` overrides it."""
         try:
             self.duckdb = duckdb.connect(database or ":memory:")
         except duckdb.Error as err:
@@ -105,15 +123,33 @@ class Connection:
         self._engine = engine
         self._engine_options = engine_options
         self._warn = warn
-        self.store: AnswerStore = store if store is not None else MemoryAnswerStore()
+        self._resolved: ResolvedModel | None = None
+        self._fingerprint: str | None = None
+        self.store: AnswerStore = store if store is not None else open_answer_store(cache)
 
     # ---- setup ----------------------------------------------------------------------------
     @property
     def engine(self) -> Engine:
         """The engine, loaded on first use (scripts without AI calls never load a model)."""
         if self._engine is None:
-            self._engine = load_engine(self._model_spec, self._engine_options, warn=self._warn)
+            self._engine = load_resolved(self.resolved_model, self._engine_options)
         return self._engine
+
+    @property
+    def resolved_model(self) -> ResolvedModel:
+        """Which model this connection means, decided once (without loading it)."""
+        if self._resolved is None:
+            self._resolved = resolve_model(self._model_spec, self._warn)
+        return self._resolved
+
+    def fingerprint(self) -> str:
+        """The model's identity in the result cache: weights, tokenizer, numerics."""
+        if self._fingerprint is None:
+            if self._engine is not None:
+                self._fingerprint = self._engine.info.fingerprint
+            else:
+                self._fingerprint = self.resolved_model.fingerprint(self._engine_options)
+        return self._fingerprint
 
     def register(self, name: str, data) -> None:
         """Make `data` queryable as `name`: a file path (CSV/Parquet/JSON) or an Arrow/pandas object."""
@@ -131,42 +167,109 @@ class Connection:
 
     # ---- running --------------------------------------------------------------------------
     def run(
-        self, sql_text: str, *, naive: bool = False, hardware: str | None = None, price_per_hour: float | None = None
+        self,
+        sql_text: str,
+        *,
+        naive: bool = False,
+        hardware: str | None = None,
+        price_per_hour: float | None = None,
+        max_prompts: int | None = None,
+        max_cost: float | None = None,
+        on_overflow: str = "error",
+        checkpoint_every: int = 256,
+        checkpoint_seconds: float = 10.0,
+        progress: Progress | None = None,
     ) -> QueryResult:
         """Run every statement of `sql_text`; the result is the last one that returned rows.
 
         Each statement is checked against the catalog (no model), planned with statistics —
         selectivities of unhinted AI predicates measured on a sample when their order matters —
-        and run. `hardware`/`price_per_hour` cost the run in the stats."""
+        and run. Answers are committed to the result cache every `checkpoint_every` prompts or
+        `checkpoint_seconds` of model time, so a killed run loses at most one chunk.
+
+        `max_prompts` / `max_cost` (USD of model time at `hardware`'s price) stop the run before
+        it crosses the limit: first against the planner's estimate (cached prompts are free),
+        then chunk by chunk. `on_overflow`: a prompt longer than the model's context is an error,
+        or is truncated ("truncate"; counted in the stats). `hardware`/`price_per_hour` also cost
+        the run in the stats."""
+        if on_overflow not in OVERFLOW_MODES:
+            raise AisqlError(f"unknown on_overflow mode {on_overflow!r}", hint="use error or truncate")
         started = time.perf_counter()
         source = SourceText(sql_text)
         statements = self._bind(source)
-        executor = Executor(self.duckdb, lambda: self.engine, self.store, naive=naive)
-        samples = None if naive else SampleEvaluator(lambda: self.engine, self.store)
+        wants_price = hardware is not None or price_per_hour is not None or max_cost is not None
+        profile = hardware_profile(hardware or default_hardware(), price_per_hour) if wants_price else None
+        budget = None
+        if max_prompts is not None or max_cost is not None:
+            budget = Budget(max_prompts, max_cost, price_per_hour=profile.price_per_hour if profile else 0.0)
+        options = RunOptions(
+            checkpoint_every=checkpoint_every,
+            checkpoint_seconds=checkpoint_seconds,
+            on_overflow=on_overflow,
+            budget=budget,
+            progress=progress or NoProgress(),
+        )
+        executor = Executor(self.duckdb, lambda: self.engine, self.store, naive=naive, namespace=self.fingerprint, options=options)
+        samples = None if naive else SampleEvaluator(lambda: self.engine, self.store, self.fingerprint, budget, on_overflow)
         nodes = []
         table = None
-        for bound in statements:
+        for number, bound in enumerate(statements, 1):
             executor.check(bound, source)
             stats = None
             if bound.has_ai and not naive:
                 stats = RunStatistics(self.duckdb, lambda: self.engine.facts(), sampler=samples)
             plan = plan_statement(bound, stats)
+            if budget is not None and plan.nodes and not naive:
+                where = "the query" if len(statements) == 1 else f"statement {number}"
+                self._check_budget(plan, stats, profile, budget, where)
             result = executor.run(plan, bound, source, samples)
             nodes.extend(result.nodes)
             if result.table is not None:
                 table = result.table
-        info = self._engine.info if self._engine is not None and nodes else None
-        profile = hardware_profile(hardware, price_per_hour) if hardware else None
+        used = self._model_used() if nodes else None
         stats = RunStats(
-            model=info.name if info else resolve_model_spec(self._model_spec)[0],
-            model_note=info.note if info else None,
+            model=used.name if used else resolve_model_spec(self._model_spec)[0],
+            model_note=used.note if used else None,
             mode="naive" if naive else "planned",
             nodes=nodes,
             wall_s=time.perf_counter() - started,
             hardware=profile.name if profile else None,
             price_per_hour=profile.price_per_hour if profile else None,
         )
-        return QueryResult(table=table, stats=stats, model=info)
+        return QueryResult(table=table, stats=stats, model=used)
+
+    def _model_used(self) -> ModelUsed:
+        if self._engine is not None:
+            info = self._engine.info
+            return ModelUsed(info.name, info.note, info.device)
+        from aisql.engine.quantize import quantization_note  # imports torch
+
+        resolved = self.resolved_model
+        quantize = self._engine_options.quantize
+        notes = [n for n in (resolved.note, quantize and quantization_note(quantize)) if n]
+        return ModelUsed(resolved.name, "; ".join(notes) or None, None)
+
+    def _check_budget(self, plan: Plan, stats: RunStatistics, profile: Hardware, budget: Budget, where: str) -> None:
+        """The planner's estimate of new work — its prompts less the share a sample finds in the
+        result cache — must fit what is left of the budget."""
+        estimate = estimate_plan(plan, stats, profile)
+        prompts = usd = 0.0
+        for node in plan.nodes:
+            node_estimate = estimate.node(node.id)
+            if node_estimate is None or node_estimate.quality != "estimate":
+                continue
+            new_share = 1.0 - self._cached_share(node, stats)
+            prompts += node_estimate.plan.prompts * new_share
+            usd += node_estimate.plan.usd * new_share
+        budget.check_estimate(prompts, usd, where)
+
+    def _cached_share(self, node, stats: RunStatistics, size: int = 64) -> float:
+        sample = stats.sample(node, size)
+        if not sample:
+            return 0.0
+        texts = [node.call.template.render(values) for values, _ in sample]
+        found = self.store.get_many(task_for(node.call).store_key(self.fingerprint()), texts)
+        return len(found) / len(texts)
 
     def explain(
         self, sql_text: str, *, hardware: str = "cpu", price_per_hour: float | None = None, sample: int = 0
@@ -184,7 +287,7 @@ class Connection:
                 facts_cache.append(self.engine.facts() if (self._engine is not None or sample) else load_model_facts(self._model_spec, warn=self._warn))
             return facts_cache[0]
 
-        sampler = SampleEvaluator(lambda: self.engine, self.store) if sample else None
+        sampler = SampleEvaluator(lambda: self.engine, self.store, self.fingerprint) if sample else None
         stats = RunStatistics(self.duckdb, facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0)
         profile = hardware_profile(hardware, price_per_hour)
         plans = [plan_statement(bound, stats) for bound in statements]

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from aisql import __version__
 from aisql.errors import AisqlError, DataError
+from aisql.progress_bar import RichProgress
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -66,7 +67,14 @@ def _query_source(query_file: str | None, sql: str | None) -> tuple[str, Path | 
         raise DataError(f"query file {query_file} is not UTF-8 text (byte {err.start})") from None
 
 
-def _connect(db: str | None, tables: tuple[str, ...], query_dir: Path | None, model: str | None = None, engine_options=None):
+def _connect(
+    db: str | None,
+    tables: tuple[str, ...],
+    query_dir: Path | None,
+    model: str | None = None,
+    engine_options=None,
+    cache: bool | str = False,
+):
     from aisql.api import Connection
     from aisql.engine.loader import EngineOptions
 
@@ -76,6 +84,7 @@ def _connect(db: str | None, tables: tuple[str, ...], query_dir: Path | None, mo
         db,
         model=model,
         engine_options=engine_options or EngineOptions(),
+        cache=cache,
         warn=lambda message: stderr.print(f"[yellow]{_escape(message)}[/yellow]"),
     )
     search = [Path.cwd()] + ([query_dir] if query_dir else [])
@@ -128,10 +137,17 @@ def _apply(options):
 @click.option("-q", "--quiet", is_flag=True, help="No summary or notes on stderr.")
 @click.option("--hardware", type=click.Choice(["cpu", "h100", "h200"]), help="Cost the run at this profile's price in --stats-json.")
 @click.option("--price-per-hour", type=float, metavar="USD", help="Override the hardware profile's price.")
+@click.option("--cache", "cache_path", metavar="PATH", help="Result cache file (default: answers.sqlite in the user cache dir).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
+@click.option("--max-prompts", type=click.IntRange(min=0), metavar="N", help="Stop before sending more than N new prompts to the model.")
+@click.option("--max-cost", type=click.FloatRange(min=0), metavar="USD", help="Stop before model time would cost more than USD (at --hardware's price).")
+@click.option("--on-overflow", type=click.Choice(["error", "truncate"]), default="error", show_default=True, help="A prompt longer than the model's context: fail, or cut its text.")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts (or 10 s).")
 @_handle_errors
 def run(
     query_file, sql, db, tables, debug, model, device, kv_budget, quantize, no_prefix_cache, no_speculation,
     output, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
+    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
     from aisql.engine.loader import EngineOptions
@@ -147,10 +163,26 @@ def run(
         prefix_cache=not no_prefix_cache,
         speculative=not no_speculation,
     )
-    con = _connect(db, tables, query_dir, model=model, engine_options=options)
+    if cache_path and no_cache:
+        raise AisqlError("give either --cache PATH or --no-cache, not both")
+    cache = False if no_cache else (cache_path or True)
+    con = _connect(db, tables, query_dir, model=model, engine_options=options, cache=cache)
+    progress = RichProgress(stderr) if stderr.is_terminal and not quiet else None
     try:
-        result = con.run(text, naive=naive, hardware=hardware or ("cpu" if price_per_hour is not None else None), price_per_hour=price_per_hour)
+        result = con.run(
+            text,
+            naive=naive,
+            hardware=hardware,
+            price_per_hour=price_per_hour,
+            max_prompts=max_prompts,
+            max_cost=max_cost,
+            on_overflow=on_overflow,
+            checkpoint_every=checkpoint_every,
+            progress=progress,
+        )
     finally:
+        if progress is not None:
+            progress.close()
         con.close()
     stats = result.stats
     note = f"model {result.model.name}: {result.model.note}" if result.model and result.model.note else None
@@ -176,6 +208,9 @@ def run(
                 click.echo(f"note: {note}")
     if not quiet:
         _summary(result, output)
+    truncated = stats.totals()["prompts_truncated"]
+    if truncated:
+        stderr.print(f"[yellow]warning: {truncated:,} prompts were cut to fit the model's context (--on-overflow truncate)[/yellow]")
     if note and not note_under_table:
         stderr.print(f"[yellow]note: {_escape(note)}[/yellow]")
 
@@ -197,7 +232,7 @@ def explain(query_file, sql, db, tables, debug, fmt, model, hardware, price_per_
     if sample < 0:
         raise AisqlError("--sample must be 0 or more")
     text, query_dir = _query_source(query_file, sql)
-    con = _connect(db, tables, query_dir, model=model)
+    con = _connect(db, tables, query_dir, model=model, cache=bool(sample))  # sampled answers are kept
     try:
         explanation = con.explain(text, hardware=hardware, price_per_hour=price_per_hour, sample=sample)
     finally:
@@ -206,6 +241,52 @@ def explain(query_file, sql, db, tables, debug, fmt, model, hardware, price_per_
         click.echo(json.dumps(explanation.to_dict(), indent=2))
     else:
         Console(highlight=False).print(explanation.tree())
+
+
+@main.group()
+def cache() -> None:
+    """Inspect or empty the result cache (answers kept across runs)."""
+
+
+_cache_path = click.option("--cache", "cache_path", metavar="PATH", help="Result cache file (default: the user cache dir's).")
+
+
+@cache.command("stats")
+@_cache_path
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--debug", is_flag=True, hidden=True)
+@_handle_errors
+def cache_stats(cache_path, fmt, debug):
+    """Entries, tasks and size of the result cache."""
+    import json
+
+    info = _open_cache(cache_path).stats()
+    if fmt == "json":
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(f"path     {info['path']}")
+    click.echo(f"entries  {info['entries']:,} answers for {info['tasks']:,} model/task pairs")
+    click.echo(f"size     {info['bytes'] / 1e6:,.2f} MB")
+
+
+@cache.command("clear")
+@_cache_path
+@click.option("--debug", is_flag=True, hidden=True)
+@_handle_errors
+def cache_clear(cache_path, debug):
+    """Delete every cached answer (the next runs pay for them again)."""
+    store = _open_cache(cache_path)
+    removed = store.clear()
+    stderr.print(f"removed {removed:,} cached answers from {store.path}")
+
+
+def _open_cache(path: str | None):
+    from aisql.executor.cache import SqliteAnswerStore, default_cache_path
+
+    target = Path(path) if path else default_cache_path()
+    if path and not target.exists():
+        raise DataError(f"result cache not found: {path}")
+    return SqliteAnswerStore(target)
 
 
 def _summary(result, output: str | None) -> None:
@@ -217,6 +298,7 @@ def _summary(result, output: str | None) -> None:
         parts.append(
             f"AI: {totals['prompts_total']:,} prompts, {totals['prompts_unique']:,} unique, "
             f"{totals['prompts_evaluated']:,} evaluated"
+            + (f", {totals['prompts_cached']:,} from the result cache" if totals["prompts_cached"] else "")
         )
         parts.append(f"tokens computed {totals['computed_tokens']:,} of {totals['logical_tokens']:,} logical")
         if totals["kv_hit_tokens"]:
@@ -227,7 +309,8 @@ def _summary(result, output: str | None) -> None:
             )
     parts.append(f"{result.stats.wall_s:.2f} s")
     if result.model:
-        parts.append(f"model {result.model.name} on {result.model.device}")
+        where = f"on {result.model.device}" if result.model.device else "(not loaded: all answers cached)"
+        parts.append(f"model {result.model.name} {where}")
     stderr.print("[dim]" + _escape(" · ".join(parts)) + "[/dim]")
 
 

@@ -32,6 +32,7 @@ def make_connection(tiny_engine):
 
     def make(**kwargs):
         kwargs.setdefault("engine", tiny_engine)
+        kwargs.setdefault("cache", False)  # tests that count model work start from nothing
         con = Connection(**kwargs)
         load_example_tables(con)
         opened.append(con)

@@ -21,6 +21,11 @@ HOT_LEADS = str(EXAMPLES / "hot_leads.sql")
 
 
 def run_cli(*args, cwd: Path = ROOT):
+    """`aisql ARGS` in-process; runs skip the result cache unless a test names one (tests that
+    count model work must not find answers an earlier test left)."""
+    args = list(args)
+    if args and args[0] == "run" and "--cache" not in args and "--no-cache" not in args:
+        args.append("--no-cache")
     old = os.getcwd()
     os.chdir(cwd)
     try:

@@ -17,7 +17,7 @@ def test_hot_leads_stats_by_counting(tiny_engine, tmp_path, monkeypatch):
     monkeypatch.chdir(EXAMPLES.parent)
     stats_path = tmp_path / "stats.json"
     result = CliRunner().invoke(
-        main, ["run", "examples/hot_leads.sql", "--model", "tiny", "--stats-json", str(stats_path), "-q", "--format", "csv"]
+        main, ["run", "examples/hot_leads.sql", "--model", "tiny", "--stats-json", str(stats_path), "-q", "--format", "csv", "--no-cache"]
     )
     assert result.exit_code == 0, result.output
     stats = json.loads(stats_path.read_text())

@@ -8,7 +8,6 @@ machine can still run the examples while an explicit choice never silently chang
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import urllib.error
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from aisql.engine.base import Engine, ModelInfo
+from aisql.engine.fingerprint import directory_fingerprint, numerics_suffix
 from aisql.errors import ModelError
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
@@ -59,9 +59,11 @@ class ResolvedModel:
     is_test: bool = False
 
     def fingerprint(self, options: "EngineOptions") -> str:
-        """Identifies weights, tokenizer and quantization: the result cache's model key."""
-        base = _fingerprint(Path(self.location)) if self.backend == "hf" else f"vllm:{self.location}"
-        return base + (f"+{options.quantize}" if options.quantize else "")
+        """Identifies weights, tokenizer and numerics: the result cache's model key (see
+        aisql.engine.fingerprint). Computed without loading the model."""
+        if self.backend == "hf":
+            return hf_fingerprint(Path(self.location), options)
+        return vllm_fingerprint(self.location, options)
 
 
 def resolve_model(
@@ -208,7 +210,7 @@ def load_hf_directory(
     config = model.config
     max_context = int(getattr(config, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 4096))
     notes = [n for n in (note, quantization and quantization.note) if n]
-    fingerprint = _fingerprint(directory) + (f"+{options.quantize}" if options.quantize else "")
+    fingerprint = hf_fingerprint(directory, options)
     info = ModelInfo(
         name=name,
         source=source,
@@ -284,16 +286,17 @@ def _dtype(requested: str, device):
         raise ModelError(f"unknown dtype {requested!r}", hint="use float32, bfloat16 or float16") from None
 
 
-def _fingerprint(directory: Path) -> str:
-    """Identifies weights + tokenizer: the config and tokenizer files' bytes, the weight files' names and sizes."""
-    digest = hashlib.sha256()
-    for path in sorted(directory.iterdir()):
-        if path.suffix == ".json" or path.name.endswith(".jinja"):
-            digest.update(path.name.encode())
-            digest.update(path.read_bytes())
-        elif path.suffix in (".safetensors", ".bin", ".model"):
-            digest.update(f"{path.name}:{path.stat().st_size}".encode())
-    return digest.hexdigest()[:16]
+def hf_fingerprint(directory: Path, options: EngineOptions) -> str:
+    device = _device(options.device)
+    dtype = str(_dtype(options.dtype, device)).replace("torch.", "")
+    return directory_fingerprint(directory) + numerics_suffix(device.type, dtype, options.quantize)
+
+
+def vllm_fingerprint(location: str, options: EngineOptions) -> str:
+    """A local vLLM model is identified by content; a Hub id by name (vLLM resolves its revision)."""
+    path = Path(location).expanduser()
+    base = directory_fingerprint(path) if path.is_dir() else f"vllm:{location}"
+    return base + numerics_suffix("cuda", options.dtype, options.quantize)
 
 
 def _reachable(endpoint: str) -> bool:

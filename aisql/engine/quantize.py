@@ -45,7 +45,12 @@ def quantize_model(model, method: str, device) -> Quantization:
         decoder.to(torch.bfloat16)
     else:
         raise ModelError(f"unknown quantization {method!r}", hint=f"use one of: {', '.join(METHODS)}")
-    return Quantization(method, f"weights quantized to {method} (opt-in): answers may differ from full precision")
+    return Quantization(method, quantization_note(method))
+
+
+def quantization_note(method: str) -> str:
+    """What every output made with quantized weights says (answers cached from them included)."""
+    return f"weights quantized to {method} (opt-in): answers may differ from full precision"
 
 
 class FP8WeightLinear(nn.Module):

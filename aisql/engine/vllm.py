@@ -17,6 +17,7 @@ import math
 from typing import Sequence
 
 from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelInfo, ScoreRequest
+from aisql.engine.loader import vllm_fingerprint
 from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
 from aisql.errors import ModelError
 
@@ -63,7 +64,7 @@ class VLLMEngine(EncodesPrompts):
             device="cuda",
             dtype=str(getattr(config, "dtype", "auto")).replace("torch.", ""),
             max_context=int(getattr(config, "max_model_len", 4096)),
-            fingerprint=f"vllm:{model}" + (f"+{options.quantize}" if options.quantize else ""),  # = ResolvedModel.fingerprint
+            fingerprint=vllm_fingerprint(model, options),
             note=f"weights quantized to {options.quantize} (opt-in)" if options.quantize else None,
             quantization=options.quantize,
         )

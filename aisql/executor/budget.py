@@ -44,6 +44,21 @@ class Budget:
         self.prompts += prompts
         self.seconds += seconds
 
+    def check_estimate(self, prompts: float, usd: float, where: str) -> None:
+        """Refuse to start work the planner expects to cross a limit (before any of it runs)."""
+        over = []
+        if self.max_prompts is not None and self.prompts + prompts > self.max_prompts:
+            over.append(f"--max-prompts {self.max_prompts}")
+        if self.max_usd is not None and self.usd + usd > self.max_usd:
+            over.append(f"--max-cost {self.max_usd}")
+        if over:
+            spent = f" after {self.prompts} already run" if self.prompts else ""
+            raise BudgetExceeded(
+                f"{where} needs about {prompts:,.0f} new prompts (${usd:.4f} at ${self.price_per_hour:.2f}/h, "
+                f"planner estimate){spent}, over {' and '.join(over)}: not started",
+                hint="raise the limit, or see the plan's cost with `aisql explain`",
+            )
+
     def stopped(self) -> BudgetExceeded:
         limit = (
             f"--max-prompts {self.max_prompts}" if self.max_prompts is not None and self.prompts >= self.max_prompts

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from aisql.errors import AisqlError
-from aisql.executor.answers import Answer
+from aisql.executor.answers import Answer, AnswerStore, MemoryAnswerStore
 from aisql.paths import cache_root
 
 SCHEMA_VERSION = 1
@@ -29,6 +29,13 @@ _LOOKUP_CHUNK = 500
 
 def default_cache_path() -> Path:
     return cache_root() / "answers.sqlite"
+
+
+def open_answer_store(cache: bool | str | os.PathLike | None) -> AnswerStore:
+    """True: the default result cache; a path: that file; False/None: memory, for this process only."""
+    if cache is None or cache is False:
+        return MemoryAnswerStore()
+    return SqliteAnswerStore(default_cache_path() if cache is True else cache)
 
 
 class SqliteAnswerStore:

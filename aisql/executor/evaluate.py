@@ -20,6 +20,10 @@ from aisql.executor.tasks import Task
 OVERFLOW_MODES = ("error", "truncate")
 
 
+class ContextOverflow(ModelError):
+    """A prompt does not fit the model's context (and --on-overflow is error)."""
+
+
 @dataclass(frozen=True)
 class Prepared:
     text: str
@@ -86,7 +90,7 @@ def _fit(engine: Engine, task: Task, text: str, prompt: tuple[int, ...], label_i
         head = limit - needed - keep_end
         return Prepared(text, prompt[:head] + prompt[len(prompt) - keep_end :], truncated=True)
     preview = text[:60] + ("..." if len(text) > 60 else "")
-    raise ModelError(
+    raise ContextOverflow(
         f"a prompt of {len(prompt)} tokens does not fit the model's context of {limit} tokens: {preview!r}",
         hint="shorten the values in the prompt (e.g. left(col, 2000)), use --on-overflow truncate, or a model with a longer context",
     )

@@ -103,7 +103,7 @@ class NodeRuntime:
     @property
     def store_key(self) -> str:
         """Answers are kept per model (fingerprint) and task (function, instruction, labels)."""
-        return f"{self._namespace()}/{self.task.signature}"
+        return self.task.store_key(self._namespace())
 
     def _answer(self, prompts: PromptSet) -> None:
         """Fill self.values for every tuple of `prompts`, asking the model only for new texts."""
@@ -180,6 +180,9 @@ class NodeRuntime:
         """One row, one prompt, one engine call: no dedup, no batching, no store."""
         started = time.perf_counter()
         text = self.call.template.render(values)
+        budget = self.options.budget
+        if budget is not None and not budget.allowed(1):
+            raise budget.stopped()
         with self.lock:
             before = self.engine.stats.copy()
             try:
@@ -187,6 +190,8 @@ class NodeRuntime:
             except AisqlError as err:
                 raise self._located(err) from None
             self.stats.add_engine(self.engine.stats.since(before))
+        if budget is not None:
+            budget.spend(1, time.perf_counter() - started)
         self.stats.rows_in += 1
         self.stats.prompts_total += 1
         self.stats.prompts_unique += text not in self.seen_texts

@@ -22,8 +22,8 @@ from aisql.sql.calls import AIKind
 TOKEN_SAMPLE = 48
 SELECTIVITY_SAMPLE = 32
 
-# (node, sampled argument tuples with their row counts) -> the node's SQL value per tuple
-Sampler = Callable[[AINode, list[tuple]], list]
+# (node, sampled argument tuples) -> the node's SQL value per tuple, or None if it may not sample
+Sampler = Callable[[AINode, list[tuple]], list | None]
 
 
 class RunStatistics:
@@ -213,6 +213,8 @@ class RunStatistics:
             sample = self.sample(node, self.sample_size)
             if sample:
                 answers = self.sampler(node, [values for values, _ in sample])
+                if answers is None:
+                    return Selectivity(DEFAULT_SELECTIVITY, "default")
                 rows = sum(count for _, count in sample)
                 true_rows = sum(count for (_, count), answer in zip(sample, answers) if answer)
                 return Selectivity(true_rows / rows if rows else DEFAULT_SELECTIVITY, "sample", len(sample))

@@ -20,7 +20,7 @@ class NodeStats:
     rows_in: int = 0  # rows reaching the call, NULL arguments included
     prompts_total: int = 0  # rows with a prompt: what naive execution sends
     prompts_unique: int = 0  # distinct prompt texts among them
-    prompts_cached: int = 0  # distinct prompts already answered (by another node of this run)
+    prompts_cached: int = 0  # distinct prompts answered from the result cache (earlier runs, other nodes)
     prompts_evaluated: int = 0  # distinct prompts sent to the model
     prompts_late: int = 0  # prompts the final query needed that prefetch did not cover
     prompts_sampled: int = 0  # prompts evaluated before planning to measure selectivity

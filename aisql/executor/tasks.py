@@ -37,6 +37,10 @@ class Task:
         payload = "\x1f".join([self.kind.value, self.instruction, *self.labels, str(self.max_tokens)])
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
+    def store_key(self, model_fingerprint: str) -> str:
+        """Where this task's answers live in an answer store: per model, per task."""
+        return f"{model_fingerprint}/{self.signature}"
+
     @property
     def scores_labels(self) -> bool:
         return self.kind is not AIKind.GENERATE

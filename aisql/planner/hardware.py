@@ -46,6 +46,13 @@ def hardware_profile(name: str, price_per_hour: float | None = None) -> Hardware
     raise AisqlError(f"unknown hardware profile {name!r}", hint="use cpu, h100 or h200")
 
 
+def default_hardware() -> str:
+    """The profile a run is costed at when none is named: this machine's kind."""
+    import torch
+
+    return "h100" if torch.cuda.is_available() else "cpu"
+
+
 def calibrated_cpu() -> Hardware:
     """This machine's float32 matmul throughput and copy bandwidth (measured once, then cached)."""
     import torch
