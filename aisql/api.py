@@ -197,7 +197,7 @@ class Connection:
         started = time.perf_counter()
         source = SourceText(sql_text)
         statements = self._bind(source)
-        wants_price = hardware is not None or price_per_hour is not None or max_cost is not None
+        wants_price = hardware is not None or price_per_hour is not None or max_cost is not None or max_prompts is not None
         profile = hardware_profile(hardware or default_hardware(), price_per_hour) if wants_price else None
         budget = None
         if max_prompts is not None or max_cost is not None:
@@ -218,9 +218,14 @@ class Connection:
             stats = None
             if bound.has_ai and not naive:
                 stats = RunStatistics(self.duckdb, lambda: self.engine.facts(), sampler=samples)
-            plan = plan_statement(bound, stats)
-            if budget is not None and plan.nodes and not naive:
+            if budget is not None and stats is not None:
+                # First against an estimate that runs no model (not even selectivity samples),
+                # then against the sampled plan that will run.
                 where = "the query" if len(statements) == 1 else f"statement {number}"
+                with stats.sampling_paused():
+                    self._check_budget(plan_statement(bound, stats), stats, profile, budget, where)
+            plan = plan_statement(bound, stats)
+            if budget is not None and stats is not None:
                 self._check_budget(plan, stats, profile, budget, where)
             result = executor.run(plan, bound, source, samples)
             nodes.extend(result.nodes)

@@ -59,6 +59,8 @@ def _query_source(query_file: str | None, sql: str | None) -> tuple[str, Path | 
     if not query_file:
         raise AisqlError("no query: give a QUERY_FILE or -e SQL", hint="e.g. aisql run examples/hot_leads.sql")
     path = Path(query_file)
+    if path.is_dir():
+        raise DataError(f"query file {query_file} is a directory")
     if not path.is_file():
         raise DataError(f"query file not found: {query_file}")
     try:
@@ -97,7 +99,33 @@ def _connect(
     return con
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """click, except that bad usage is reported like every other bad input: one error line and
+    a hint on stderr, exit code 1 (click's default is the usage text and exit code 2)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as err:
+            if type(err).__name__ == "NoArgsIsHelpError":  # bare `aisql`: the help, not an error
+                click.echo(err.format_message())
+                sys.exit(0)
+            command = err.ctx.command_path if err.ctx else "aisql"
+            stderr.print(f"[bold red]error:[/bold red] {_escape(err.format_message())}")
+            stderr.print(f"[dim]hint: see '{_escape(command)} --help'[/dim]")
+            sys.exit(1)
+        except click.ClickException as err:
+            stderr.print(f"[bold red]error:[/bold red] {_escape(err.format_message())}")
+            sys.exit(1)
+        except click.exceptions.Abort:
+            stderr.print("[bold red]aborted[/bold red]")
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="aisql")
 def main() -> None:
     """Run SQL with AI functions (AI.IF, AI.CLASSIFY, AI.GENERATE) over your data, planned for an LLM."""

@@ -47,7 +47,7 @@ def write_table(table: pa.Table, path: str | os.PathLike, metadata: dict[str, st
     try:
         con.register("__aisql_result", table)
         con.execute(f"COPY __aisql_result TO {_literal(str(temporary))} ({options})")
-        os.replace(temporary, target)
+        replace_durably(temporary, target)
     except duckdb.Error as err:
         raise DataError(f"cannot write {target}: {str(err).splitlines()[0]}") from None
     finally:
@@ -61,12 +61,30 @@ def write_text_atomically(path: str | os.PathLike, text: str) -> None:
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, target)
+        replace_durably(temporary, target)
     except OSError as err:
         raise DataError(f"cannot write {target}: {err.strerror or err}") from None
     finally:
         if temporary.exists():
             temporary.unlink()
+
+
+def replace_durably(temporary: Path, target: Path) -> None:
+    """Flush the finished file to disk, then rename it over the target: after a crash or power
+    loss the target holds the old file or the new one, never part of one."""
+    with open(temporary, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(temporary, target)
+    try:
+        directory = os.open(target.parent, os.O_RDONLY)
+    except OSError:
+        return  # platforms without directory handles
+    try:
+        os.fsync(directory)
+    except OSError:
+        pass
+    finally:
+        os.close(directory)
 
 
 def print_table(table: pa.Table, console: Console, *, max_rows: int) -> None:

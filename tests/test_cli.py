@@ -13,9 +13,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from conftest import EXAMPLES, ROOT
 
 from aisql.cli import main
-from conftest import EXAMPLES, ROOT
 
 HOT_LEADS = str(EXAMPLES / "hot_leads.sql")
 

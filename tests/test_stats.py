@@ -6,11 +6,11 @@ import json
 
 import duckdb
 from click.testing import CliRunner
+from conftest import EXAMPLES
 
 from aisql.cli import main
 from aisql.executor.tasks import IF_INSTRUCTION, task_for
 from aisql.sql import SourceText, bind_statement, parse_script
-from conftest import EXAMPLES
 
 
 def test_hot_leads_stats_by_counting(tiny_engine, tmp_path, monkeypatch):

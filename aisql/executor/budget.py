@@ -50,11 +50,11 @@ class Budget:
         if self.max_prompts is not None and self.prompts + prompts > self.max_prompts:
             over.append(f"--max-prompts {self.max_prompts}")
         if self.max_usd is not None and self.usd + usd > self.max_usd:
-            over.append(f"--max-cost {self.max_usd}")
+            over.append(f"--max-cost {self.max_usd:g}")
         if over:
             spent = f" after {self.prompts} already run" if self.prompts else ""
             raise BudgetExceeded(
-                f"{where} needs about {prompts:,.0f} new prompts (${usd:.4f} at ${self.price_per_hour:.2f}/h, "
+                f"{where} needs about {prompts:,.0f} new prompts ({_usd(usd)} at ${self.price_per_hour:.2f}/h, "
                 f"planner estimate){spent}, over {' and '.join(over)}: not started",
                 hint="raise the limit, or see the plan's cost with `aisql explain`",
             )
@@ -62,9 +62,13 @@ class Budget:
     def stopped(self) -> BudgetExceeded:
         limit = (
             f"--max-prompts {self.max_prompts}" if self.max_prompts is not None and self.prompts >= self.max_prompts
-            else f"--max-cost {self.max_usd}"
+            else f"--max-cost {self.max_usd:g}"
         )
         return BudgetExceeded(
-            f"stopped after {self.prompts} new prompts (${self.usd:.4f} of model time): the next ones would exceed {limit}",
+            f"stopped after {self.prompts} new prompts ({_usd(self.usd)} of model time): the next ones would exceed {limit}",
             hint="the answers so far are saved in the result cache: rerun with a higher limit to continue",
         )
+
+
+def _usd(amount: float) -> str:
+    return f"${amount:,.4f}" if amount == 0 or amount >= 1e-4 else f"${amount:.1e}"

@@ -24,6 +24,7 @@ from aisql.executor.answers import Answer, AnswerStore, MemoryAnswerStore
 from aisql.paths import cache_root
 
 SCHEMA_VERSION = 1
+_BUSY_TIMEOUT_S = 60.0
 _LOOKUP_CHUNK = 500
 
 
@@ -49,16 +50,37 @@ class SqliteAnswerStore:
             raise CacheError(f"cannot create the cache directory {self.path.parent}: {err.strerror or err}") from None
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA busy_timeout = 60000")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = NORMAL")
-            self._init_schema()
+            self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            self._retry_while_busy(self._open)
         except sqlite3.DatabaseError as err:
+            if isinstance(err, sqlite3.OperationalError):
+                raise CacheError(f"cannot use the cache file {self.path}: {err}") from None
             raise CacheError(
                 f"cache file {self.path} is not an aisql result cache ({err})",
                 hint="point --cache at another file, or delete this one if you do not need it",
             ) from None
+
+    def _open(self) -> None:
+        self._db.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        self._init_schema()
+
+    @staticmethod
+    def _retry_while_busy(action) -> None:
+        """Switching a new file to WAL and creating its tables take locks that SQLite does not
+        always wait for (it answers "database is locked" at once): retry, boundedly."""
+        deadline = time.monotonic() + _BUSY_TIMEOUT_S
+        delay = 0.005
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as err:
+                busy = "locked" in str(err) or "busy" in str(err)
+                if not busy or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
 
     def _init_schema(self) -> None:
         self._db.execute(
@@ -85,11 +107,14 @@ class SqliteAnswerStore:
         found: dict[str, Answer] = {}
         ordered = list(keys)
         with self._lock:
-            for start in range(0, len(ordered), _LOOKUP_CHUNK):
-                chunk = ordered[start : start + _LOOKUP_CHUNK]
-                marks = ",".join("?" * len(chunk))
-                for key, value in self._db.execute(f"SELECT key, value FROM answers WHERE key IN ({marks})", chunk):
-                    found[keys[bytes(key)]] = _decode(value)
+            try:
+                for start in range(0, len(ordered), _LOOKUP_CHUNK):
+                    chunk = ordered[start : start + _LOOKUP_CHUNK]
+                    marks = ",".join("?" * len(chunk))
+                    for key, value in self._db.execute(f"SELECT key, value FROM answers WHERE key IN ({marks})", chunk):
+                        found[keys[bytes(key)]] = _decode(value)
+            except sqlite3.Error as err:
+                raise CacheError(f"cannot read the result cache {self.path}: {err}") from None
         return found
 
     def put_many(self, task: str, answers: dict[str, Answer]) -> None:
@@ -99,13 +124,20 @@ class SqliteAnswerStore:
         now = time.time()
         rows = [(_key(task, text), task, _encode(answer), now) for text, answer in answers.items()]
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.executemany("INSERT OR IGNORE INTO answers VALUES (?, ?, ?, ?)", rows)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._db.executemany("INSERT OR IGNORE INTO answers VALUES (?, ?, ?, ?)", rows)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as err:  # disk full, read-only file, lock held for over a minute
+                raise CacheError(
+                    f"cannot write {len(rows)} answers to the result cache {self.path}: {err}",
+                    hint="the answers committed before are kept; free disk space, or run with --no-cache",
+                ) from None
 
     # ---- maintenance ------------------------------------------------------------------------
     def stats(self) -> dict:

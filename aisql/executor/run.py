@@ -9,8 +9,8 @@
 from __future__ import annotations
 
 import threading
-from typing import Callable
 from dataclasses import dataclass
+from typing import Callable
 
 import duckdb
 import pyarrow as pa

@@ -8,14 +8,15 @@ its input (the answers go to the answer store, so the run reuses them), else a d
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Callable
 
 import duckdb
 
+from aisql.engine.base import ModelFacts
 from aisql.executor.tasks import task_for
 from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN, AINode
 from aisql.planner.rules.choose_anchor import argument_tables
-from aisql.engine.base import ModelFacts
 from aisql.planner.statistics import DEFAULT_SELECTIVITY, InputProfile, Selectivity, TokenProfile
 from aisql.sql.calls import AIKind
 
@@ -198,6 +199,19 @@ class RunStatistics:
         return [(tuple(row[:-1]), int(row[-1])) for row in rows]
 
     # ---- selectivity --------------------------------------------------------------------------
+    @contextmanager
+    def sampling_paused(self):
+        """Plan without running the model (defaults for unhinted selectivities), e.g. to check a
+        budget before any model work; what was assumed meanwhile is forgotten afterwards."""
+        sampler, known = self.sampler, set(self._selectivity)
+        self.sampler = None
+        try:
+            yield self
+        finally:
+            self.sampler = sampler
+            for node_id in set(self._selectivity) - known:
+                del self._selectivity[node_id]
+
     def selectivity(self, node: AINode) -> Selectivity:
         if node.id not in self._selectivity:
             self._selectivity[node.id] = self._selectivity_of(node)

@@ -123,6 +123,9 @@ def _bind_prompt(prompt: exp.Anonymous, raw: RawAICall, source: SourceText):
         raise BindError("PROMPT needs a template string", hint="e.g. PROMPT('Is {title} a comedy?')")
     literal, *extra = prompt.expressions
     text = _template_text(literal)
+    if text is not None and not text.strip():
+        line, col = source.position_of(literal)
+        raise TemplateError("the PROMPT template is empty", line=line, col=col, hint="e.g. PROMPT('Is {title} a comedy?')")
     if text is None:
         line, col = source.position_of(literal)
         raise TemplateError(

@@ -54,7 +54,10 @@ def parse_script(source: SourceText) -> list[Statement]:
             col = max(1, col - len(highlight) + 1)
         near = f" near {highlight!r}" if highlight else ""
         raise SqlSyntaxError(f"SQL syntax error{near}: {description}", line=line, col=col) from None
-    return _split_statements(source, tokens, asts)
+    statements = _split_statements(source, tokens, asts)
+    if not statements:
+        raise SqlSyntaxError("the query has no statement, only comments")
+    return statements
 
 
 def _split_statements(source: SourceText, tokens, asts) -> list[Statement]:

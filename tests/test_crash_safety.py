@@ -1,0 +1,115 @@
+"""Batch jobs survive kill -9 and share a result cache: real `aisql run` processes.
+
+A run commits its answers to the SQLite result cache in checkpoints (every N prompts); killed
+midway, the committed answers survive and a rerun evaluates only the rest. Two processes on one
+cache both finish with correct output and leave a consistent cache.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from conftest import EXAMPLES
+
+# 20 customers x 19 affordable products = 380 distinct prompts.
+QUERY = (
+    "SELECT c.id AS customer, p.id AS product FROM 'data/customers.csv' c JOIN 'data/products.csv' p "
+    "ON AI.IF(PROMPT('{c.profile} might buy this: {p.description}')) "
+    "WHERE p.price < 100 AND c.id <= 20 ORDER BY customer, product"
+)
+PROMPTS = 380
+CHECKPOINT = 16
+DEADLINE_S = 300
+
+
+def aisql(*args: str) -> list[str]:
+    return [sys.executable, "-m", "aisql.cli", "run", "-e", QUERY, "--model", "tiny", "--format", "csv", "-q", *args]
+
+
+def finished(command: list[str]) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, cwd=EXAMPLES, capture_output=True, text=True, timeout=DEADLINE_S)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def committed(cache: Path) -> int:
+    """Answers committed so far, read as another process would (0 before the table exists)."""
+    if not cache.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{cache}?mode=ro", uri=True, timeout=30) as db:
+            return db.execute("SELECT count(*) FROM answers").fetchall()[0][0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(tiny_engine, tmp_path: Path):  # tiny_engine: model built before the jobs start
+    cache = tmp_path / "answers.sqlite"
+    output = tmp_path / "hot.csv"
+    reference = finished(aisql("--no-cache"))
+    assert len(reference.stdout.splitlines()) > 1
+
+    job = subprocess.Popen(
+        aisql("--cache", str(cache), "--checkpoint-every", str(CHECKPOINT), "--output", str(output)),
+        cwd=EXAMPLES,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + DEADLINE_S
+    while committed(cache) == 0 and job.poll() is None and time.monotonic() < deadline:
+        try:
+            job.wait(timeout=0.02)  # poll: returns as soon as the job ends
+        except subprocess.TimeoutExpired:
+            pass
+    assert job.poll() is None, f"the job ended before it could be killed: {job.stderr.read().decode()}"
+    job.send_signal(signal.SIGKILL)
+    job.wait(timeout=60)
+    job.stderr.close()
+
+    saved = committed(cache)
+    assert 0 < saved < PROMPTS
+    assert not output.exists()  # no half-written output at the target path
+    with sqlite3.connect(cache) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        per_commit = Counter(created for (created,) in db.execute("SELECT created FROM answers"))
+    assert max(per_commit.values()) <= CHECKPOINT  # so a kill loses at most one batch
+
+    stats_path = tmp_path / "stats.json"
+    rerun = finished(aisql("--cache", str(cache), "--stats-json", str(stats_path)))
+    stats = json.loads(stats_path.read_text())
+
+    assert rerun.stdout == reference.stdout
+    assert stats["prompts_cached"] > 0
+    assert stats["prompts_cached"] + stats["prompts_evaluated"] + stats["prompts_sampled"] == PROMPTS
+    assert stats["prompts_evaluated"] + stats["prompts_sampled"] == PROMPTS - saved  # none committed recomputed
+    assert committed(cache) == PROMPTS
+
+
+def test_two_processes_share_one_cache(tiny_engine, tmp_path: Path):
+    cache = tmp_path / "answers.sqlite"
+    reference = finished(aisql("--no-cache"))
+    jobs = [
+        subprocess.Popen(
+            aisql("--cache", str(cache), "--checkpoint-every", "8"),
+            cwd=EXAMPLES,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [job.communicate(timeout=DEADLINE_S) for job in jobs]
+    for job, (stdout, stderr) in zip(jobs, outputs):
+        assert job.returncode == 0, stderr
+        assert stdout == reference.stdout
+    with sqlite3.connect(cache) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        rows, keys = db.execute("SELECT count(*), count(DISTINCT key) FROM answers").fetchall()[0]
+    assert rows == keys == PROMPTS  # every prompt once, whoever computed it

@@ -1,0 +1,259 @@
+"""The durable result cache, budgets, context overflow and progress, through the Python API.
+
+Process-level behaviour (kill -9, two processes) is in test_crash_safety.py.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import EXAMPLES, load_example_tables
+
+from aisql.api import Connection
+from aisql.cli import main
+from aisql.engine.loader import EngineOptions, resolve_model
+from aisql.executor.answers import Answer
+from aisql.executor.budget import Budget, BudgetExceeded
+from aisql.executor.cache import CacheError, SqliteAnswerStore
+from aisql.executor.evaluate import ContextOverflow
+
+HOT_LEADS = (EXAMPLES / "hot_leads.sql").read_text()
+TWO_NODES = (
+    "SELECT id, AI.CLASSIFY(PROMPT('{review}'), ['praise', 'complaint']) AS kind FROM reviews "
+    "WHERE AI.IF(PROMPT('{review} is positive'), {'selectivity': 0.01}) ORDER BY id"
+)
+
+
+def connection(cache, **kwargs) -> Connection:
+    con = Connection(model="tiny", cache=cache, **kwargs)
+    load_example_tables(con)
+    con.add_file_search_path([EXAMPLES])
+    return con
+
+
+# ---- the store ----------------------------------------------------------------------------------
+
+
+def test_store_keeps_answers_per_task(tmp_path: Path):
+    store = SqliteAnswerStore(tmp_path / "answers.sqlite")
+    store.put_many("model-a/if", {"x": Answer(True, 5, 0.9), "y": Answer(False, 6, 0.7)})
+    store.put_many("model-a/if", {"x": Answer(False, 5, 0.1)})  # deterministic answers: first one wins
+    assert store.get_many("model-a/if", ["x", "y", "z"]) == {"x": Answer(True, 5, 0.9), "y": Answer(False, 6, 0.7)}
+    assert store.get_many("model-b/if", ["x"]) == {}  # another model's answers are not this one's
+    assert store.stats()["entries"] == 2 and store.integrity() == "ok"
+    store.close()
+    reopened = SqliteAnswerStore(tmp_path / "answers.sqlite")
+    assert reopened.get("model-a/if", "y") == Answer(False, 6, 0.7)
+    assert reopened.clear() == 2 and reopened.stats()["entries"] == 0
+
+
+def _write_answers(path: str, worker: int) -> None:
+    store = SqliteAnswerStore(path)  # every worker opens the new file at once
+    for batch in range(10):
+        store.put_many("m/t", {f"shared {batch} {i}": Answer(i, 1, None) for i in range(20)})
+        store.put_many("m/t", {f"own {worker} {batch} {i}": Answer(worker, 1, None) for i in range(20)})
+    store.close()
+
+
+def test_concurrent_writers_keep_one_consistent_cache(tmp_path: Path):
+    path = str(tmp_path / "answers.sqlite")
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_write_answers, args=(path, w)) for w in range(6)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert [w.exitcode for w in workers] == [0] * 6
+    store = SqliteAnswerStore(path)
+    assert store.integrity() == "ok"
+    assert store.stats()["entries"] == 10 * 20 + 6 * 10 * 20
+
+
+def test_a_file_that_is_not_a_cache_is_refused_untouched(tmp_path: Path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n" * 100)
+    with pytest.raises(CacheError, match="is not an aisql result cache"):
+        SqliteAnswerStore(notes)
+    assert notes.read_text() == "my notes\n" * 100
+
+
+# ---- runs ---------------------------------------------------------------------------------------
+
+
+def test_rerun_is_answered_from_the_cache_without_loading_the_model(tmp_path: Path):
+    cache = tmp_path / "answers.sqlite"
+    first = connection(cache).run(HOT_LEADS)
+    again = connection(cache)
+    second = again.run(HOT_LEADS)
+    assert second.table.equals(first.table)
+    totals = second.stats.totals()
+    assert totals["prompts_evaluated"] == 0 and totals["computed_tokens"] == 0
+    assert totals["prompts_cached"] == first.stats.totals()["prompts_unique"] > 0
+    assert again._engine is None and second.model.device is None
+    assert "meaningless" in second.model.note  # the test model's answers say so, cached or not
+
+
+def test_cached_answers_are_planned_answers(tmp_path: Path, make_connection):
+    """Answers from the cache equal what naive row-by-row execution computes."""
+    cache = tmp_path / "answers.sqlite"
+    connection(cache).run(TWO_NODES)
+    cached = connection(cache).run(TWO_NODES)
+    naive = make_connection().run(TWO_NODES, naive=True)
+    assert cached.stats.totals()["prompts_evaluated"] == 0
+    assert cached.table.equals(naive.table)
+
+
+def test_cache_key_covers_model_numerics_and_task(tmp_path: Path, tiny_engine):
+    tiny = resolve_model("tiny")
+    plain = tiny.fingerprint(EngineOptions())
+    assert plain == tiny_engine.info.fingerprint  # known before loading = what the engine says
+    assert tiny.fingerprint(EngineOptions(quantize="int8")) != plain
+    assert tiny.fingerprint(EngineOptions(dtype="bfloat16")) != plain
+    cache = tmp_path / "answers.sqlite"
+    connection(cache).run("SELECT AI.CLASSIFY(PROMPT('{review}'), ['a', 'b']) FROM reviews LIMIT 5")
+    other_labels = connection(cache).run("SELECT AI.CLASSIFY(PROMPT('{review}'), ['a', 'c']) FROM reviews LIMIT 5")
+    assert other_labels.stats.totals()["prompts_cached"] == 0
+
+
+def test_fingerprint_follows_weight_bytes_not_names(tmp_path: Path):
+    copy = tmp_path / "model"
+    shutil.copytree(resolve_model("tiny").location, copy)
+    before = resolve_model(str(copy)).fingerprint(EngineOptions())
+    weights = next(copy.glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # same name, same size, other weights
+    weights.write_bytes(bytes(data))
+    assert resolve_model(str(copy)).fingerprint(EngineOptions()) != before
+
+
+# ---- budget -------------------------------------------------------------------------------------
+
+
+def test_budget_refuses_a_query_the_planner_expects_over_the_limit(tmp_path: Path):
+    cache = tmp_path / "answers.sqlite"
+    con = connection(cache)
+    with pytest.raises(BudgetExceeded, match="over --max-prompts 50: not started"):
+        con.run(HOT_LEADS, max_prompts=50)
+    assert SqliteAnswerStore(cache).stats()["entries"] == 0
+
+
+# The hint makes the planner expect ~2 CLASSIFY prompts after the 190-pair join; ~120 pairs pass.
+UNDERESTIMATED = (
+    "SELECT c.name, p.name, AI.CLASSIFY(PROMPT('{c.profile} / {p.name}'), ['gift', 'own use']) AS why "
+    "FROM customers c JOIN products p "
+    "ON AI.IF(PROMPT('{c.profile} might buy this: {p.description}'), {'selectivity': 0.01}) "
+    "WHERE c.country = 'Germany' AND p.price < 100 ORDER BY 1, 2"
+)
+
+
+def test_budget_stops_midway_keeps_answers_and_a_rerun_continues(tmp_path: Path, make_connection):
+    """The estimate (~192 prompts) fits the limit, the real work does not: the run stops exactly
+    at the limit while running, with every answer kept, and a rerun only adds the rest."""
+    cache = tmp_path / "answers.sqlite"
+    with pytest.raises(BudgetExceeded, match="stopped after 250 new prompts"):
+        connection(cache).run(UNDERESTIMATED, max_prompts=250, checkpoint_every=16)
+    assert SqliteAnswerStore(cache).stats()["entries"] == 250
+    resumed = connection(cache).run(UNDERESTIMATED)
+    totals = resumed.stats.totals()
+    assert totals["prompts_cached"] == 250 and totals["prompts_evaluated"] > 0
+    assert resumed.table.equals(make_connection().run(UNDERESTIMATED).table)
+
+
+def test_budget_arithmetic():
+    budget = Budget(max_prompts=10, max_usd=1.0, price_per_hour=3600.0)  # $1 per second of model time
+    assert budget.allowed(4) == 4
+    budget.spend(4, 0.2)
+    assert budget.allowed(100) == 6  # prompts left
+    budget.spend(2, 0.6)  # $0.8 spent on 6 prompts
+    assert budget.allowed(100) == 1  # $0.2 left at ~$0.133 a prompt
+    with pytest.raises(BudgetExceeded, match="--max-cost 1"):
+        budget.check_estimate(prompts=3, usd=0.5, where="the query")
+
+
+# ---- context overflow ---------------------------------------------------------------------------
+
+
+LONG = "SELECT id, AI.IF(PROMPT('{text} is positive')) AS positive FROM notes ORDER BY id"
+
+
+def _notes(con) -> None:
+    long_text = "lorem ipsum dolor sit amet " * 2000  # far over the tiny model's 8192 tokens
+    con.duckdb.execute("CREATE TABLE notes AS SELECT * FROM (VALUES (1, 'short and sweet'), (2, ?)) t(id, text)", [long_text])
+
+
+def test_overflow_is_an_error_by_default_and_truncated_on_request(make_connection):
+    con = make_connection()
+    _notes(con)
+    with pytest.raises(ContextOverflow, match="does not fit the model's context"):
+        con.run(LONG)
+    planned = con.run(LONG, on_overflow="truncate")
+    naive = con.run(LONG, on_overflow="truncate", naive=True)
+    assert planned.table.num_rows == 2 and planned.table.equals(naive.table)
+    assert planned.stats.totals()["prompts_truncated"] == 1
+
+
+# ---- progress -----------------------------------------------------------------------------------
+
+
+class Recorder:
+    def __init__(self):
+        self.events = []
+
+    def start(self, node, description, total, cached):
+        self.events.append(("start", node, total, cached))
+
+    def advance(self, node, prompts, tokens):
+        self.events.append(("advance", node, prompts, tokens))
+
+    def finish(self, node):
+        self.events.append(("finish", node))
+
+
+def test_progress_reports_every_prompt_evaluated(make_connection):
+    recorder = Recorder()
+    con = make_connection()
+    con.add_file_search_path([EXAMPLES])
+    result = con.run(HOT_LEADS, progress=recorder, checkpoint_every=32)
+    starts = [e for e in recorder.events if e[0] == "start"]
+    advances = [e for e in recorder.events if e[0] == "advance"]
+    assert sum(e[2] for e in starts) == sum(e[2] for e in advances) == result.stats.totals()["prompts_evaluated"]
+    assert len(advances) >= 190 // 32  # one report per checkpoint
+    assert sum(e[3] for e in advances) > 0 and recorder.events[-1][0] == "finish"
+
+
+def test_progress_bar_draws_on_its_own_console():
+    from rich.console import Console
+
+    from aisql.progress_bar import RichProgress
+
+    screen = io.StringIO()
+    bar = RichProgress(Console(file=screen, force_terminal=True, width=120))
+    bar.start("n1", "AI.IF(...)", total=10, cached=3)
+    bar.advance("n1", 4, 400)
+    bar.finish("n1")
+    bar.close()
+    assert "prompts" in screen.getvalue()
+
+
+# ---- CLI ----------------------------------------------------------------------------------------
+
+
+def test_cache_commands(tmp_path: Path, monkeypatch):
+    cache = tmp_path / "answers.sqlite"
+    monkeypatch.chdir(EXAMPLES)
+    run = CliRunner().invoke(main, ["run", "hot_leads.sql", "--model", "tiny", "--cache", str(cache), "-q", "--format", "csv"])
+    assert run.exit_code == 0, run.output
+    stats = CliRunner().invoke(main, ["cache", "stats", "--cache", str(cache)])
+    assert stats.exit_code == 0 and "190 answers" in stats.stdout
+    again = CliRunner().invoke(main, ["run", "hot_leads.sql", "--model", "tiny", "--cache", str(cache), "--format", "csv"])
+    assert again.stdout == run.stdout and "190 from the result cache" in again.stderr
+    cleared = CliRunner().invoke(main, ["cache", "clear", "--cache", str(cache)])
+    assert cleared.exit_code == 0 and "removed 190" in cleared.stderr
+    with sqlite3.connect(cache) as db:
+        assert db.execute("SELECT count(*) FROM answers").fetchall() == [(0,)]
