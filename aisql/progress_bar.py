@@ -31,7 +31,7 @@ class RichProgress:
     def __init__(self, console: Console) -> None:
         self._bars = Progress(
             TextColumn("{task.description}"),
-            BarColumn(),
+            BarColumn(bar_width=16),
             MofNCompleteColumn(),
             TextColumn("prompts"),
             _TokensPerSecond(),
@@ -45,7 +45,7 @@ class RichProgress:
     def start(self, node: str, description: str, total: int, cached: int) -> None:
         if not self._tasks:
             self._bars.start()
-        label = description if len(description) <= 40 else description[:37] + "..."
+        label = description if len(description) <= 24 else description[:21] + "..."
         self._tasks[node] = self._bars.add_task(f"{node} {label}", total=total, tokens=0, cached=cached)
 
     def advance(self, node: str, prompts: int, tokens: int) -> None:

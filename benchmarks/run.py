@@ -75,7 +75,7 @@ class Recorder:
 
 
 def connection(engine, data) -> aisql.Connection:
-    con = aisql.Connection(engine=engine)
+    con = aisql.Connection(engine=engine, cache=False)  # measure the engine, not the result cache
     for name, table in data.items():
         con.duckdb.register(f"__{name}", table)
         con.duckdb.execute(f"CREATE TABLE {name} AS SELECT * FROM __{name}")
