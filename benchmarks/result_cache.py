@@ -19,9 +19,8 @@ from pathlib import Path
 
 from common import bench_engine, machine, write
 from datagen import tables
-from run import QUERIES
+from run import QUERIES, connection
 
-import aisql
 from aisql.executor.cache import SqliteAnswerStore
 
 SQL = QUERIES["Q1_hot_leads"]
@@ -29,10 +28,7 @@ SQL = QUERIES["Q1_hot_leads"]
 
 def run(engine, data, cache, checkpoint_every: int = 256) -> dict:
     engine.reset_cache()
-    con = aisql.Connection(engine=engine, cache=cache)
-    for name, table in data.items():
-        con.duckdb.register(f"__{name}", table)
-        con.duckdb.execute(f"CREATE TABLE {name} AS SELECT * FROM __{name}")
+    con = connection(engine, data, cache)
     started = time.perf_counter()
     result = con.run(SQL, checkpoint_every=checkpoint_every)
     wall = time.perf_counter() - started

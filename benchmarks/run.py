@@ -74,8 +74,9 @@ class Recorder:
         return getattr(self._engine, name)
 
 
-def connection(engine, data) -> aisql.Connection:
-    con = aisql.Connection(engine=engine, cache=False)  # measure the engine, not the result cache
+def connection(engine, data, cache=False) -> aisql.Connection:
+    """Tables loaded into DuckDB; by default no result cache (measure the engine, not the cache)."""
+    con = aisql.Connection(engine=engine, cache=cache)
     for name, table in data.items():
         con.duckdb.register(f"__{name}", table)
         con.duckdb.execute(f"CREATE TABLE {name} AS SELECT * FROM __{name}")
@@ -171,7 +172,7 @@ def main() -> None:
         r = record["ratios"]
         print(
             f"{name:14} {naive['wall_s']:8.2f} {planned['wall_s']:7.2f} {r['wall_speedup']:7.1f}x {planned['logical_tokens']:9} "
-            f"{planned['computed_tokens']:9} {minimum:8} {est:9} {r['estimate_error']:7.1%} {str(equal):>6}"
+            f"{planned['computed_tokens']:9} {minimum:8} {est:9} {r['estimate_error']:7.1%} {equal!s:>6}"
         )
     print(json.dumps(summary, indent=2))
 
