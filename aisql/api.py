@@ -22,11 +22,10 @@ import duckdb
 import pyarrow as pa
 
 from aisql.engine.base import Engine
-from aisql.engine.loader import EngineOptions, ResolvedModel, load_resolved, resolve_model, resolve_model_spec
+from aisql.engine.loader import EngineOptions, ResolvedModel, resolve_model_spec
 from aisql.errors import AisqlError, DataError
 from aisql.executor.answers import AnswerStore
 from aisql.executor.budget import Budget
-from aisql.executor.cache import open_answer_store
 from aisql.executor.evaluate import OVERFLOW_MODES
 from aisql.executor.node_runtime import RunOptions
 from aisql.executor.progress import NoProgress, Progress
@@ -39,6 +38,7 @@ from aisql.planner import Plan, plan_statement
 from aisql.planner.cost import PlanEstimate, estimate_plan
 from aisql.planner.explain import plan_to_dict, plans_tree
 from aisql.planner.hardware import Hardware, default_hardware, hardware_profile
+from aisql.session import ModelSession, ModelUsed
 from aisql.sql.bind import BoundStatement, bind_statement
 from aisql.sql.parse import parse_script
 from aisql.sql.source import SourceText
@@ -53,15 +53,6 @@ _READERS = {
     ".jsonl": "read_json_auto",
     ".ndjson": "read_json_auto",
 }
-
-
-@dataclass(frozen=True)
-class ModelUsed:
-    """The model a run's answers came from — loaded, or known by fingerprint from the cache."""
-
-    name: str
-    note: str | None  # test model, quantization: said wherever its answers go
-    device: str | None  # None: not loaded, every answer came from the result cache
 
 
 @dataclass
@@ -102,6 +93,8 @@ class Explanation:
 
 
 class Connection:
+    """A DuckDB connection that plans and runs AI SQL through a model session (engine + result cache)."""
+
     def __init__(
         self,
         database: str | None = None,
@@ -112,44 +105,39 @@ class Connection:
         cache: bool | str | os.PathLike = True,
         store: AnswerStore | None = None,
         warn: Callable[[str], None] | None = None,
+        session: ModelSession | None = None,
     ) -> None:
         """`cache`: True keeps answers in the default result cache (aisql.executor.cache), a path
-        keeps them there, False only for this connection's life. `store` overrides it."""
+        keeps them there, False only for this connection's life. `store` overrides it. `session`
+        shares another connection's (or `aisql.register`'s) model, KV cache and result cache."""
         try:
             self.duckdb = duckdb.connect(database or ":memory:")
         except duckdb.Error as err:
             raise DataError(f"cannot open database {database}: {str(err).splitlines()[0]}") from None
-        self._model_spec = model
-        self._engine = engine
-        self._engine_options = engine_options
+        self.session = session or ModelSession(
+            model, engine=engine, engine_options=engine_options, cache=cache, store=store, warn=warn
+        )
         self._warn = warn
-        self._resolved: ResolvedModel | None = None
-        self._fingerprint: str | None = None
-        self.store: AnswerStore = store if store is not None else open_answer_store(cache)
+        self.last_result: QueryResult | None = None  # of the last .sql() call
 
     # ---- setup ----------------------------------------------------------------------------
     @property
     def engine(self) -> Engine:
         """The engine, loaded on first use (scripts without AI calls never load a model)."""
-        if self._engine is None:
-            self._engine = load_resolved(self.resolved_model, self._engine_options)
-        return self._engine
+        return self.session.engine
+
+    @property
+    def store(self) -> AnswerStore:
+        return self.session.store
 
     @property
     def resolved_model(self) -> ResolvedModel:
         """Which model this connection means, decided once (without loading it)."""
-        if self._resolved is None:
-            self._resolved = resolve_model(self._model_spec, self._warn)
-        return self._resolved
+        return self.session.resolved_model
 
     def fingerprint(self) -> str:
         """The model's identity in the result cache: weights, tokenizer, numerics."""
-        if self._fingerprint is None:
-            if self._engine is not None:
-                self._fingerprint = self._engine.info.fingerprint
-            else:
-                self._fingerprint = self.resolved_model.fingerprint(self._engine_options)
-        return self._fingerprint
+        return self.session.fingerprint()
 
     def register(self, name: str, data) -> None:
         """Make `data` queryable as `name`: a file path (CSV/Parquet/JSON) or an Arrow/pandas object."""
@@ -209,7 +197,15 @@ class Connection:
             budget=budget,
             progress=progress or NoProgress(),
         )
-        executor = Executor(self.duckdb, lambda: self.engine, self.store, naive=naive, namespace=self.fingerprint, options=options)
+        executor = Executor(
+            self.duckdb,
+            lambda: self.engine,
+            self.store,
+            lock=self.session.lock,
+            naive=naive,
+            namespace=self.fingerprint,
+            options=options,
+        )
         samples = None if naive else SampleEvaluator(lambda: self.engine, self.store, self.fingerprint, budget, on_overflow)
         nodes = []
         table = None
@@ -231,9 +227,9 @@ class Connection:
             nodes.extend(result.nodes)
             if result.table is not None:
                 table = result.table
-        used = self._model_used() if nodes else None
+        used = self.session.model_used() if nodes else None
         stats = RunStats(
-            model=used.name if used else resolve_model_spec(self._model_spec)[0],
+            model=used.name if used else resolve_model_spec(self.session.model_spec)[0],
             model_note=used.note if used else None,
             mode="naive" if naive else "planned",
             nodes=nodes,
@@ -243,16 +239,20 @@ class Connection:
         )
         return QueryResult(table=table, stats=stats, model=used)
 
-    def _model_used(self) -> ModelUsed:
-        if self._engine is not None:
-            info = self._engine.info
-            return ModelUsed(info.name, info.note, info.device)
-        from aisql.engine.quantize import quantization_note  # imports torch
+    def sql(self, query: str, **run_options) -> duckdb.DuckDBPyRelation | None:
+        """Plan and run `query` (AI calls included) and return its rows as a DuckDB relation, like
+        `duckdb.sql` (None for statements that return no rows). `self.last_result` keeps the
+        run's statistics; `run_options` are `run`'s."""
+        self.last_result = self.run(query, **run_options)
+        table = self.last_result.table
+        return None if table is None else self.duckdb.from_arrow(table)
 
-        resolved = self.resolved_model
-        quantize = self._engine_options.quantize
-        notes = [n for n in (resolved.note, quantize and quantization_note(quantize)) if n]
-        return ModelUsed(resolved.name, "; ".join(notes) or None, None)
+    def register_functions(self, con: duckdb.DuckDBPyConnection | None = None, **options):
+        """Put ai_if, ai_classify, ai_generate and prompt on `con` (default: this connection's
+        DuckDB), sharing this connection's model, KV cache and result cache (see aisql.udfs)."""
+        from aisql.udfs import register
+
+        return register(self.duckdb if con is None else con, session=self.session, **options)
 
     def _check_budget(self, plan: Plan, stats: RunStatistics, profile: Hardware, budget: Budget, where: str) -> None:
         """The planner's estimate of new work — its prompts less the share a sample finds in the
@@ -289,7 +289,11 @@ class Connection:
 
         def facts():
             if not facts_cache:
-                facts_cache.append(self.engine.facts() if (self._engine is not None or sample) else load_model_facts(self._model_spec, warn=self._warn))
+                facts_cache.append(
+                    self.engine.facts()
+                    if (self.session.loaded or sample)
+                    else load_model_facts(self.session.model_spec, warn=self._warn)
+                )
             return facts_cache[0]
 
         sampler = SampleEvaluator(lambda: self.engine, self.store, self.fingerprint) if sample else None

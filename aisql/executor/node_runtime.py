@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import duckdb
@@ -19,24 +18,13 @@ import duckdb
 from aisql.engine.base import Engine
 from aisql.errors import AisqlError
 from aisql.executor.answers import Answer, AnswerStore
-from aisql.executor.budget import Budget
-from aisql.executor.evaluate import evaluate, prepare, run
-from aisql.executor.progress import NoProgress, Progress
+from aisql.executor.budget import BudgetExceeded
+from aisql.executor.checkpointed import RunOptions, evaluate_checkpointed
+from aisql.executor.evaluate import evaluate, prepare
 from aisql.executor.prompts import PromptSet
 from aisql.executor.stats import NodeStats
 from aisql.executor.tasks import Task, task_for
 from aisql.planner.plan import AINode, Strategy
-
-
-@dataclass
-class RunOptions:
-    """How a run evaluates prompts: checkpoints, context overflow, budget, progress."""
-
-    checkpoint_every: int = 256  # commit answers after at most this many prompts...
-    checkpoint_seconds: float = 10.0  # ...or about this much model time, whichever comes first
-    on_overflow: str = "error"  # a prompt longer than the context: "error" | "truncate"
-    budget: Budget | None = None
-    progress: Progress = field(default_factory=NoProgress)
 
 
 class NodeRuntime:
@@ -123,48 +111,26 @@ class NodeRuntime:
             self.values[values] = known[text].value
 
     def _evaluate(self, key: str, todo: list[str], group_by, known: dict[str, Answer], cached: int) -> None:
-        """Evaluate in chunks in prefix order, committing each chunk's answers before the next
-        starts: a crash or kill loses at most the chunk in flight."""
-        options = self.options
+        """Evaluate in chunks in prefix order, each chunk committed before the next starts."""
         try:
             with self.lock:
-                items = prepare(self.engine, self.task, todo, group_by=group_by, on_overflow=options.on_overflow)
+                items = prepare(self.engine, self.task, todo, group_by=group_by, on_overflow=self.options.on_overflow)
+            evaluate_checkpointed(
+                lambda: self.engine,
+                self.lock,
+                self.task,
+                items,
+                store=self.store,
+                key=key,
+                options=self.options,
+                stats=self.stats,
+                progress=(self.node.id, self.call.describe(), cached),
+                known=known,
+            )
+        except BudgetExceeded:
+            raise
         except AisqlError as err:
             raise self._located(err) from None
-        options.progress.start(self.node.id, self.call.describe(), len(items), cached)
-        size = max(1, options.checkpoint_every)
-        done = 0
-        try:
-            while done < len(items):
-                chunk = items[done : done + size]
-                budget = options.budget
-                if budget is not None:
-                    chunk = chunk[: budget.allowed(len(chunk))]
-                    if not chunk:
-                        raise budget.stopped()
-                with self.lock:
-                    before = self.engine.stats.copy()
-                    started = time.perf_counter()
-                    try:
-                        fresh = run(self.engine, self.task, chunk)
-                    except AisqlError as err:
-                        raise self._located(err) from None
-                    elapsed = time.perf_counter() - started
-                    delta = self.engine.stats.since(before)
-                self.stats.add_engine(delta)
-                self.store.put_many(key, fresh)  # the checkpoint: committed before the next chunk
-                known.update(fresh)
-                self.stats.prompts_evaluated += len(fresh)
-                self.stats.prompts_truncated += sum(1 for p in chunk if p.truncated)
-                if budget is not None:
-                    budget.spend(len(fresh), elapsed)
-                options.progress.advance(self.node.id, len(fresh), delta.computed_tokens)
-                done += len(chunk)
-                # Next chunk: about checkpoint_seconds of model time at this chunk's rate.
-                rate = len(chunk) / max(elapsed, 1e-6)
-                size = max(1, min(options.checkpoint_every, int(rate * options.checkpoint_seconds)))
-        finally:
-            options.progress.finish(self.node.id)
 
     def _anchor_groups(self, prompts: PromptSet):
         """An AI join anchored on a table that is not the prompt's leading part: evaluate its
@@ -211,4 +177,3 @@ class NodeRuntime:
             err.line, err.col = self.call.line, self.call.col
         err.message = f"{self.call.spelling}: {err.message}"
         return err
-

@@ -43,6 +43,7 @@ class Executor:
         naive: bool = False,
         namespace: Callable[[], str] = lambda: "",
         options: RunOptions | None = None,
+        lock: threading.RLock | None = None,
     ) -> None:
         """`engine` is called when a prompt first needs the model (so bad SQL fails before
         loading it); `namespace` names the model in the answer store without loading it."""
@@ -52,7 +53,7 @@ class Executor:
         self.naive = naive
         self.namespace = namespace
         self.options = options or RunOptions()
-        self.lock = threading.RLock()
+        self.lock = lock or threading.RLock()  # one engine call at a time
 
     def check(self, bound: BoundStatement, source: SourceText) -> None:
         """Bind the statement in DuckDB before any model work (sampling included): the AI calls

@@ -52,10 +52,23 @@ class Task:
         return self.labels[index]
 
 
+def if_task() -> Task:
+    return Task(AIKind.IF, IF_INSTRUCTION, IF_LABELS)
+
+
+def classify_task(labels: tuple[str, ...]) -> Task:
+    listed = ", ".join(repr(label) for label in labels)
+    return Task(AIKind.CLASSIFY, CLASSIFY_INSTRUCTION.format(labels=listed), tuple(labels))
+
+
+def generate_task(max_tokens: int) -> Task:
+    return Task(AIKind.GENERATE, GENERATE_INSTRUCTION, max_tokens=max_tokens)
+
+
 def task_for(call: AICall) -> Task:
+    """The task of a planned AI call (the DuckDB functions of aisql.udfs build the same tasks)."""
     if call.kind is AIKind.IF:
-        return Task(AIKind.IF, IF_INSTRUCTION, IF_LABELS)
+        return if_task()
     if call.kind is AIKind.CLASSIFY:
-        listed = ", ".join(repr(label) for label in call.labels)
-        return Task(AIKind.CLASSIFY, CLASSIFY_INSTRUCTION.format(labels=listed), call.labels)
-    return Task(AIKind.GENERATE, GENERATE_INSTRUCTION, max_tokens=call.max_tokens)
+        return classify_task(call.labels)
+    return generate_task(call.max_tokens)

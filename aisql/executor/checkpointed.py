@@ -1,0 +1,84 @@
+"""Evaluate prepared prompts in chunks, committing each chunk's answers before the next starts.
+
+A crash or `kill -9` loses at most the chunk in flight: everything before it is in the answer
+store, and a rerun asks the model only for what is not. A chunk ends after `checkpoint_every`
+prompts or about `checkpoint_seconds` of model time (measured on the previous chunk), whichever
+comes first. The budget is spent chunk by chunk, and progress is reported per chunk. The prefix
+KV cache outlives a chunk, so chunking costs no prefix reuse.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from aisql.engine.base import Engine
+from aisql.executor.answers import Answer, AnswerStore
+from aisql.executor.budget import Budget
+from aisql.executor.evaluate import Prepared, run
+from aisql.executor.progress import NoProgress, Progress
+from aisql.executor.stats import NodeStats
+from aisql.executor.tasks import Task
+
+
+@dataclass
+class RunOptions:
+    """How a run evaluates prompts: checkpoints, context overflow, budget, progress."""
+
+    checkpoint_every: int = 256  # commit answers after at most this many prompts...
+    checkpoint_seconds: float = 10.0  # ...or about this much model time, whichever comes first
+    on_overflow: str = "error"  # a prompt longer than the context: "error" | "truncate"
+    budget: Budget | None = None
+    progress: Progress = field(default_factory=NoProgress)
+
+
+def evaluate_checkpointed(
+    engine: Callable[[], Engine],
+    lock: threading.RLock,
+    task: Task,
+    items: Sequence[Prepared],
+    *,
+    store: AnswerStore,
+    key: str,
+    options: RunOptions,
+    stats: NodeStats,
+    progress: tuple[str, str, int],
+    known: dict[str, Answer],
+) -> None:
+    """Answers of `items` (in their order) into `known` and `store`; counts into `stats`.
+    `progress` is (node id, description, prompts already answered from the cache)."""
+    node_id, description, cached = progress
+    options.progress.start(node_id, description, len(items), cached)
+    size = max(1, options.checkpoint_every)
+    done = 0
+    try:
+        while done < len(items):
+            chunk = items[done : done + size]
+            budget = options.budget
+            if budget is not None:
+                chunk = chunk[: budget.allowed(len(chunk))]
+                if not chunk:
+                    raise budget.stopped()
+            with lock:
+                model = engine()
+                before = model.stats.copy()
+                started = time.perf_counter()
+                fresh = run(model, task, chunk)
+                elapsed = time.perf_counter() - started
+                delta = model.stats.since(before)
+            stats.add_engine(delta)
+            store.put_many(key, fresh)  # the checkpoint: committed before the next chunk
+            known.update(fresh)
+            stats.prompts_evaluated += len(fresh)
+            stats.prompts_truncated += sum(1 for p in chunk if p.truncated)
+            if budget is not None:
+                budget.spend(len(fresh), elapsed)
+            options.progress.advance(node_id, len(fresh), delta.computed_tokens)
+            done += len(chunk)
+            # Next chunk: about checkpoint_seconds of model time at this chunk's rate.
+            rate = len(chunk) / max(elapsed, 1e-6)
+            size = max(1, min(options.checkpoint_every, int(rate * options.checkpoint_seconds)))
+    finally:
+        options.progress.finish(node_id)

@@ -1,0 +1,90 @@
+"""One model and one result cache, shared by everything that asks questions through them.
+
+A `Connection` runs planned queries through a session; `aisql.register` puts DuckDB functions on
+a user's own connection that ask through one. Sharing a session shares the loaded weights, the
+engine's prefix KV cache and the result cache, and decides the model's identity (its fingerprint,
+the result cache's key) once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from aisql.engine.base import Engine
+from aisql.engine.loader import EngineOptions, ResolvedModel, load_resolved, resolve_model
+from aisql.executor.answers import AnswerStore
+from aisql.executor.cache import open_answer_store
+
+
+@dataclass(frozen=True)
+class ModelUsed:
+    """The model a run's answers came from — loaded, or known by fingerprint from the cache."""
+
+    name: str
+    note: str | None  # test model, quantization: said wherever its answers go
+    device: str | None  # None: not loaded, every answer came from the result cache
+
+
+class ModelSession:
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        engine: Engine | None = None,
+        engine_options: EngineOptions = EngineOptions(),
+        cache: bool | str | os.PathLike = True,
+        store: AnswerStore | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        """`cache`: True keeps answers in the default result cache (aisql.executor.cache), a path
+        keeps them there, False only for this session's life. `store` overrides it."""
+        self.model_spec = model
+        self.engine_options = engine_options
+        self.store: AnswerStore = store if store is not None else open_answer_store(cache)
+        self.lock = threading.RLock()  # one engine call at a time (DuckDB calls functions from several threads)
+        self._engine = engine
+        self._warn = warn
+        self._resolved: ResolvedModel | None = None
+        self._fingerprint: str | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._engine is not None
+
+    @property
+    def engine(self) -> Engine:
+        """The engine, loaded on first use (work answered from the cache never loads a model)."""
+        with self.lock:
+            if self._engine is None:
+                self._engine = load_resolved(self.resolved_model, self.engine_options)
+            return self._engine
+
+    @property
+    def resolved_model(self) -> ResolvedModel:
+        """Which model this session means, decided once (without loading it)."""
+        if self._resolved is None:
+            self._resolved = resolve_model(self.model_spec, self._warn)
+        return self._resolved
+
+    def fingerprint(self) -> str:
+        """The model's identity in the result cache: weights, tokenizer, numerics."""
+        if self._fingerprint is None:
+            if self._engine is not None:
+                self._fingerprint = self._engine.info.fingerprint
+            else:
+                self._fingerprint = self.resolved_model.fingerprint(self.engine_options)
+        return self._fingerprint
+
+    def model_used(self) -> ModelUsed:
+        if self._engine is not None:
+            info = self._engine.info
+            return ModelUsed(info.name, info.note, info.device)
+        from aisql.engine.quantize import quantization_note  # imports torch
+
+        resolved = self.resolved_model
+        quantize = self.engine_options.quantize
+        notes = [n for n in (resolved.note, quantize and quantization_note(quantize)) if n]
+        return ModelUsed(resolved.name, "; ".join(notes) or None, None)

@@ -1,0 +1,246 @@
+"""AI functions on a user's own DuckDB connection, like an extension.
+
+    con = duckdb.connect()
+    aisql.register(con, model="tiny")
+    con.sql("SELECT title FROM films WHERE ai_if(prompt('Is {0} a comedy?', title))")
+
+Registers `ai_if(prompt VARCHAR) -> BOOLEAN`, `ai_classify(prompt VARCHAR, labels VARCHAR[]) ->
+VARCHAR`, `ai_generate(prompt VARCHAR, max_tokens INTEGER := 128) -> VARCHAR` and `prompt(template
+VARCHAR, args ANY...) -> VARCHAR` (positional `{0}` placeholders). The three AI functions are typed
+DuckDB macros over vectorised (Arrow) Python functions, so DuckDB itself checks argument types
+and answers NULL for NULL arguments. Each vector DuckDB hands over is deduplicated, looked up in
+the result cache, and the rest evaluated in prefix order — but only one vector at a time: there
+is no cross-vector planning (filters pushed below AI calls, join dedup, predicate order). For
+that, `aisql.connect().sql(query)` plans the whole query.
+
+The answers equal the planned engine's for the same prompt: the same instruction framing per AI
+function (aisql.executor.tasks), the same model, the same result cache keys.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from aisql.engine.base import Engine
+from aisql.engine.loader import EngineOptions
+from aisql.errors import AisqlError
+from aisql.executor.answers import Answer, AnswerStore
+from aisql.executor.checkpointed import RunOptions, evaluate_checkpointed
+from aisql.executor.evaluate import OVERFLOW_MODES, prepare
+from aisql.executor.stats import NodeStats
+from aisql.executor.tasks import Task, classify_task, generate_task, if_task
+from aisql.session import ModelSession
+from aisql.sql.functions import DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS
+from aisql.sql.template import Template, parse_template
+
+_INTERNAL = "__aisql_udf_"
+_MACROS = {
+    "ai_if": ("prompt VARCHAR", "if(prompt)"),
+    "ai_classify": ("prompt VARCHAR, labels VARCHAR[]", "classify(prompt, labels)"),
+    "ai_generate": (f"prompt VARCHAR, max_tokens INTEGER := {DEFAULT_MAX_TOKENS}", "generate(prompt, max_tokens)"),
+}
+
+
+class UdfError(ValueError):
+    """A bad value reached an AI function (DuckDB reports it as 'Invalid Input Error: ...')."""
+
+
+class AIFunctions:
+    """The AI functions registered on one DuckDB connection: their model session and their counts.
+
+    Every call shares the session's engine (its prefix KV cache lives across calls and queries) and
+    its result cache; `stats` counts prompts and tokens per function like a planned run's nodes."""
+
+    def __init__(self, session: ModelSession, options: RunOptions) -> None:
+        self.session = session
+        self.options = options
+        self.stats: dict[str, NodeStats] = {
+            name: NodeStats(node=name, function=name, strategy="vector") for name in ("ai_if", "ai_classify", "ai_generate")
+        }
+        self._seen: dict[str, set[tuple[str, str]]] = {name: set() for name in self.stats}
+        self._templates: dict[str, Template] = {}
+        self._caster = duckdb.connect()  # DuckDB's own CAST(... AS VARCHAR), as the planner renders values
+        self._caster_lock = threading.Lock()
+
+    # ---- the functions DuckDB calls (one vector of non-NULL rows each) ---------------------
+    def ai_if(self, prompts: pa.Array) -> pa.Array:
+        task = if_task()
+        return pa.array(self._answer("ai_if", [(task, text) for text in prompts.to_pylist()]), type=pa.bool_())
+
+    def ai_classify(self, prompts: pa.Array, labels: pa.Array) -> pa.Array:
+        tasks: dict[tuple[str, ...], Task] = {}
+        rows = []
+        for text, row_labels in zip(prompts.to_pylist(), labels.to_pylist()):
+            key = tuple(row_labels)
+            if key not in tasks:
+                tasks[key] = classify_task(_checked_labels(key))
+            rows.append((tasks[key], text))
+        return pa.array(self._answer("ai_classify", rows), type=pa.string())
+
+    def ai_generate(self, prompts: pa.Array, max_tokens: pa.Array) -> pa.Array:
+        tasks: dict[int, Task] = {}
+        rows = []
+        for text, tokens in zip(prompts.to_pylist(), max_tokens.to_pylist()):
+            if tokens not in tasks:
+                if not 1 <= tokens <= MAX_MAX_TOKENS:
+                    raise UdfError(f"ai_generate: max_tokens must be between 1 and {MAX_MAX_TOKENS}, got {tokens}")
+                tasks[tokens] = generate_task(tokens)
+            rows.append((tasks[tokens], text))
+        return pa.array(self._answer("ai_generate", rows), type=pa.string())
+
+    def prompt(self, templates: pa.Array, *args: pa.Array) -> pa.Array:
+        """Fill positional placeholders; values are cast to VARCHAR exactly as DuckDB casts them."""
+        columns = [self._as_text(arg) for arg in args]
+        out = []
+        for row, text in enumerate(templates.to_pylist()):
+            template = self._template(text, len(columns))
+            out.append(template.render([columns[p.index][row] for p in template.placeholders]))
+        return pa.array(out, type=pa.string())
+
+    # ---- answering -------------------------------------------------------------------------
+    def _answer(self, function: str, rows: Sequence[tuple[Task, str]]) -> list[Any]:
+        """Answers for one vector: each (task, text) asked once, the cache first, the rest in
+        prefix order, committed in checkpoints."""
+        started = time.perf_counter()
+        stats = self.stats[function]
+        stats.rows_in += len(rows)
+        stats.prompts_total += len(rows)
+        by_task: dict[Task, dict[str, None]] = {}
+        for task, text in rows:
+            by_task.setdefault(task, {})[text] = None
+        fingerprint = self.session.fingerprint()
+        answers: dict[tuple[Task, str], Answer] = {}
+        for task, texts in by_task.items():
+            key = task.store_key(fingerprint)
+            seen = self._seen[function]
+            new = [t for t in texts if (key, t) not in seen]
+            seen.update((key, t) for t in new)
+            stats.prompts_unique += len(new)
+            known = self.session.store.get_many(key, list(texts))
+            stats.prompts_cached += sum(1 for t in new if t in known)
+            todo = [t for t in texts if t not in known]
+            if todo:
+                self._evaluate(function, task, key, todo, known, cached=len(texts) - len(todo))
+            for text in texts:
+                answers[(task, text)] = known[text]
+        for task, text in rows:
+            stats.logical_tokens += answers[(task, text)].cost
+        stats.wall_s += time.perf_counter() - started
+        return [answers[(task, text)].value for task, text in rows]
+
+    def _evaluate(self, function: str, task: Task, key: str, todo: list[str], known: dict[str, Answer], cached: int) -> None:
+        session = self.session
+        try:
+            with session.lock:
+                items = prepare(session.engine, task, todo, on_overflow=self.options.on_overflow)
+            evaluate_checkpointed(
+                lambda: session.engine,
+                session.lock,
+                task,
+                items,
+                store=session.store,
+                key=key,
+                options=self.options,
+                stats=self.stats[function],
+                progress=(function, function, cached),
+                known=known,
+            )
+        except AisqlError as err:
+            raise UdfError(f"{function}: {err.message}") from None
+
+    # ---- prompt() helpers -------------------------------------------------------------------
+    def _template(self, text: str, given: int) -> Template:
+        template = self._templates.get(text)
+        if template is None:
+            try:
+                template = parse_template(text)
+            except AisqlError as err:
+                raise UdfError(f"prompt: {err.message} in template {text!r}") from None
+            for placeholder in template.placeholders:
+                if not placeholder.is_positional:
+                    raise UdfError(
+                        f"prompt: placeholder {{{placeholder.text}}} in template {text!r} is not positional; "
+                        "use {0}, {1}, ... for the arguments after the template"
+                    )
+                if placeholder.index >= given:
+                    raise UdfError(
+                        f"prompt: placeholder {{{placeholder.index}}} in template {text!r} has no argument "
+                        f"({given} given after the template)"
+                    )
+            self._templates[text] = template
+        return template
+
+    def _as_text(self, values: pa.Array) -> list[str]:
+        if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+            return values.to_pylist()
+        with self._caster_lock:
+            self._caster.register("__values", pa.table({"v": values}))
+            cast = self._caster.sql("SELECT CAST(v AS VARCHAR) AS v FROM __values").to_arrow_table()
+            self._caster.unregister("__values")
+        return cast.column("v").to_pylist()
+
+
+def register(
+    con: duckdb.DuckDBPyConnection,
+    model: str | None = None,
+    *,
+    session: ModelSession | None = None,
+    engine: Engine | None = None,
+    cache: bool | str | os.PathLike = True,
+    store: AnswerStore | None = None,
+    on_overflow: str = "error",
+    checkpoint_every: int = 256,
+    checkpoint_seconds: float = 10.0,
+    **engine_options,
+) -> AIFunctions:
+    """Register ai_if, ai_classify, ai_generate and prompt on `con`; returns their handle (stats,
+    session). Registering again replaces them (e.g. with another model); it is harmless.
+
+    `model`, `engine_options` (device, kv_budget, quantize, ...) and `cache` mean what they mean
+    for `aisql.connect`; `session` shares an `aisql.Connection`'s model and caches instead."""
+    if on_overflow not in OVERFLOW_MODES:
+        raise AisqlError(f"unknown on_overflow mode {on_overflow!r}", hint="use error or truncate")
+    if session is None:
+        session = ModelSession(model, engine=engine, engine_options=EngineOptions(**engine_options), cache=cache, store=store)
+    options = RunOptions(checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds, on_overflow=on_overflow)
+    functions = AIFunctions(session, options)
+    varchar, boolean = duckdb.sqltype("VARCHAR"), duckdb.sqltype("BOOLEAN")
+    internal: dict[str, tuple[Callable, list, Any]] = {
+        "if": (functions.ai_if, [varchar], boolean),
+        "classify": (functions.ai_classify, [varchar, duckdb.sqltype("VARCHAR[]")], varchar),
+        "generate": (functions.ai_generate, [varchar, duckdb.sqltype("INTEGER")], varchar),
+    }
+    for name, (fn, params, returns) in internal.items():
+        _replace_function(con, _INTERNAL + name, fn, params, returns)
+    # prompt(template, *args ANY): a Python *args function is a DuckDB varargs function.
+    _replace_function(con, "prompt", lambda *arrays: functions.prompt(*arrays), [varchar], varchar)
+    for name, (params, body) in _MACROS.items():
+        con.execute(f"CREATE OR REPLACE TEMP MACRO {name}({params}) AS {_INTERNAL}{body}")
+    return functions
+
+
+def _replace_function(con: duckdb.DuckDBPyConnection, name: str, fn: Callable, params: list, returns) -> None:
+    try:
+        con.remove_function(name)
+    except duckdb.InvalidInputException:
+        pass  # not registered yet
+    con.create_function(name, fn, params, returns, type="arrow", side_effects=False)
+
+
+def _checked_labels(labels: tuple[str, ...]) -> tuple[str, ...]:
+    """The rules AI.CLASSIFY's labels follow in planned SQL, checked per distinct label list."""
+    if any(label is None or not label.strip() for label in labels):
+        raise UdfError(f"ai_classify: a label is NULL or empty in {list(labels)}")
+    if len(set(labels)) != len(labels):
+        duplicate = next(label for label in labels if labels.count(label) > 1)
+        raise UdfError(f"ai_classify: label {duplicate!r} appears twice in {list(labels)}")
+    if len(labels) < 2:
+        raise UdfError(f"ai_classify: needs at least two labels, got {list(labels)}")
+    return labels
