@@ -8,7 +8,11 @@ its strategy is prefetch, and its counts must be consistent.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+DATA = Path(__file__).resolve().parent.parent / "examples" / "data"
 
 QUERIES = {
     # --- functions and spellings -----------------------------------------------------------
@@ -45,6 +49,10 @@ QUERIES = {
     "constant_prompt": "SELECT id, AI.IF('Is the sky blue?') AS sky FROM customers WHERE id <= 3",
     "limit_select_streams": "SELECT id, AI.GENERATE(name, max_tokens => 3) AS g FROM products ORDER BY id LIMIT 4",
     "limit_where_streams": "SELECT id FROM reviews WHERE AI.IF(review) LIMIT 5",
+    # --- file scans: no filter pushdown, DuckDB orders a conjunction's parts as it likes ---------
+    "csv_plain_filter_then_ai": f"SELECT id FROM '{DATA}/reviews.csv' WHERE AI.IF(PROMPT('{{review}} wants a refund')) AND rating <= 2",
+    "csv_two_ai_filters": f"SELECT id FROM read_csv_auto('{DATA}/reviews.csv') WHERE AI.IF(review) AND rating <= 2 AND AI.IF(PROMPT('{{review}} sounds angry'))",
+    "csv_join_on": f"SELECT c.id, p.id FROM '{DATA}/customers.csv' c JOIN '{DATA}/products.csv' p ON p.price < 40 AND AI.IF(PROMPT('{{c.profile}} might buy {{p.name}}')) WHERE c.id <= 5",
     "script_create_then_select": "CREATE TABLE tagged AS SELECT id, AI.CLASSIFY(review, ['positive', 'negative']) AS s FROM reviews WHERE id <= 20; SELECT s, count(*) AS n FROM tagged GROUP BY s ORDER BY s",
 }
 

@@ -9,14 +9,14 @@ import duckdb
 import pytest
 
 from aisql.planner import Clause, NodeRole, Strategy, plan_statement
-from aisql.planner.rules import order_filters
+from aisql.planner.rules import RULES, guard_filters, order_filters
 from aisql.sql import SourceText, bind_statement, parse_script
 
 
-def plan(sql: str):
+def plan(sql: str, rules=RULES):
     source = SourceText(sql)
     (statement,) = parse_script(source)
-    return plan_statement(bind_statement(statement, source, "__p_"))
+    return plan_statement(bind_statement(statement, source, "__p_"), rules=rules)
 
 
 def texts(p):
@@ -71,14 +71,32 @@ def test_strategy(sql, strategy):
 
 
 def test_final_filters_follow_plan_order():
-    p = plan("SELECT 1 FROM t WHERE AI.IF(PROMPT('first {x}')) AND y > 1 AND AI.IF(PROMPT('second {x}'))")
+    sql = "SELECT 1 FROM t WHERE AI.IF(PROMPT('first {x}')) AND y > 1 AND AI.IF(PROMPT('second {x}'))"
+    p = plan(sql)
     first, second = (n.function_name.upper() for n in p.nodes)
     where = p.final_sql.upper().split("WHERE", 1)[1]
     assert where.index("Y > 1") < where.index(first) < where.index(second)
     # If a rule evaluates the second predicate first, the final query must ask in that order too.
-    swapped = order_filters(dataclasses.replace(p, nodes=tuple(reversed(p.nodes))))
+    unguarded = plan(sql, rules=tuple(r for r in RULES if r is not guard_filters))
+    swapped = guard_filters(order_filters(dataclasses.replace(unguarded, nodes=tuple(reversed(unguarded.nodes)))))
     where = swapped.final_sql.upper().split("WHERE", 1)[1]
     assert where.index("Y > 1") < where.index(second) < where.index(first)
+
+
+def test_final_filters_pin_the_order_duckdb_evaluates():
+    """DuckDB may evaluate a conjunction's parts in any order (over a CSV scan it runs a Python
+    function first): each AI conjunct sits in one CASE, reached only by rows that passed the
+    conjuncts before it, and every AI call appears once (repeated, DuckDB would compute it below
+    the filter for every row)."""
+    p = plan("SELECT 1 FROM t WHERE AI.IF(PROMPT('a {x}')) AND y > 1 AND AI.IF(PROMPT('b {x}'))")
+    first, second = (n.function_name.upper() for n in p.nodes)
+    where = p.final_sql.upper().split("WHERE", 1)[1]
+    assert where.startswith(" Y > 1 AND CASE WHEN NOT (Y > 1) IS TRUE THEN FALSE WHEN NOT (" + first)
+    assert where.count(first) == 1 and where.count(second) == 1
+    assert "ELSE " + second in where
+    (later,) = [n for n in p.nodes if n.function_name.upper() == second]
+    assert "CASE WHEN NOT (Y > 1) IS TRUE THEN FALSE ELSE " + first in later.input_sql.upper()
+    assert plan("SELECT 1 FROM t WHERE y > random() AND AI.IF(x)").final_sql.upper().count("CASE") == 0
 
 
 def test_later_nodes_filter_by_earlier_answers_and_estimates_drop_them():

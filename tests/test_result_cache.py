@@ -95,7 +95,7 @@ def test_rerun_is_answered_from_the_cache_without_loading_the_model(tmp_path: Pa
     totals = second.stats.totals()
     assert totals["prompts_evaluated"] == 0 and totals["computed_tokens"] == 0
     assert totals["prompts_cached"] == first.stats.totals()["prompts_unique"] > 0
-    assert again._engine is None and second.model.device is None
+    assert not again.session.loaded and second.model.device is None
     assert "meaningless" in second.model.note  # the test model's answers say so, cached or not
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from aisql.planner.conjunct_order import pin_conjunct_order, split_conjuncts
 from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN, AINode, Clause
 from aisql.planner.scope import bound_call_names, find_bound_call
 
@@ -44,6 +45,7 @@ def build_input_sql(node: AINode, available: set[str], all_names: set[str]) -> t
         return None, False
     if bound_call_names(query, blocked):
         return None, False  # e.g. a derived table or CTE whose AI answers are not known yet
+    pin_conjunct_order(query, all_names)  # earlier AI predicates only on rows the plain filters keep
     names = [f"{ARG_PREFIX}{i}" for i in range(node.call.arity)]
     wrapper = exp.select(*names, exp.alias_(exp.func("count", exp.Star()), COUNT_COLUMN)).from_(
         exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier("__aisql_input")))
@@ -235,14 +237,6 @@ class _InputBuilder:
     def _drop_grouping(query: exp.Select) -> None:
         query.set("group", None)
         query.set("having", None)
-
-
-def split_conjuncts(cond: exp.Expression) -> list[exp.Expression]:
-    """`a AND (b AND c)` -> [a, b, c]; parentheses around a conjunction are looked through."""
-    cond = cond.unnest() if isinstance(cond, exp.Paren) else cond
-    if isinstance(cond, exp.And):
-        return split_conjuncts(cond.this) + split_conjuncts(cond.expression)
-    return [cond]
 
 
 def _qualifiers(expressions: list[exp.Expression]) -> set[str] | None:

@@ -6,11 +6,21 @@ Each rule is a function (plan, statistics) -> plan; rules that need no statistic
 from aisql.planner.rules.choose_anchor import choose_anchor
 from aisql.planner.rules.choose_strategy import choose_strategy
 from aisql.planner.rules.derive_inputs import derive_estimates, derive_inputs
+from aisql.planner.rules.guard_filters import guard_filters
 from aisql.planner.rules.order_filters import order_filters
 from aisql.planner.rules.order_nodes import order_nodes
 from aisql.planner.rules.order_predicates import order_predicates
 
-RULES = (order_nodes, derive_estimates, order_predicates, choose_anchor, order_filters, choose_strategy, derive_inputs)
+RULES = (
+    order_nodes,
+    derive_estimates,
+    order_predicates,
+    choose_anchor,
+    order_filters,
+    choose_strategy,
+    derive_inputs,
+    guard_filters,
+)
 
 __all__ = [
     "RULES",
@@ -18,6 +28,7 @@ __all__ = [
     "choose_strategy",
     "derive_estimates",
     "derive_inputs",
+    "guard_filters",
     "order_filters",
     "order_nodes",
     "order_predicates",

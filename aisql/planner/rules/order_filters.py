@@ -13,7 +13,7 @@ import dataclasses
 
 from sqlglot import exp
 
-from aisql.planner.inputs import split_conjuncts
+from aisql.planner.conjunct_order import filter_holders, split_conjuncts
 from aisql.planner.plan import Plan
 from aisql.planner.scope import bound_call_names, locate
 
@@ -26,7 +26,7 @@ def order_filters(plan: Plan, stats=None) -> Plan:
     ast = plan.final_ast.copy()
     changed = False
     for select in ast.find_all(exp.Select):
-        for holder in _filter_holders(select):
+        for holder in filter_holders(select):
             cond = holder.args.get("on") if isinstance(holder, exp.Join) else holder.this
             if cond is None:
                 continue
@@ -47,19 +47,11 @@ def order_filters(plan: Plan, stats=None) -> Plan:
                 changed = True
     if not changed:
         return plan
-    nodes = tuple(dataclasses.replace(n, location=_relocate(ast, n, names)) for n in plan.nodes)
+    nodes = tuple(dataclasses.replace(n, location=relocate(ast, n, names)) for n in plan.nodes)
     return dataclasses.replace(plan, final_ast=ast, final_sql=ast.sql(dialect="duckdb", comments=False), nodes=nodes)
 
 
-def _filter_holders(select: exp.Select):
-    for key in ("where", "having", "qualify"):
-        if select.args.get(key) is not None:
-            yield select.args[key]
-    for join in select.args.get("joins") or []:
-        yield join
-
-
-def _relocate(ast: exp.Expression, node, names: set[str]):
+def relocate(ast: exp.Expression, node, names: set[str]):
     fresh = locate(ast, node.call, names)
     # Keep the order the previous rules chose; only the AST objects change.
     return dataclasses.replace(fresh, scope_rank=node.location.scope_rank)
