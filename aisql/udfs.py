@@ -107,7 +107,12 @@ class AIFunctions:
     # ---- answering -------------------------------------------------------------------------
     def _answer(self, function: str, rows: Sequence[tuple[Task, str]]) -> list[Any]:
         """Answers for one vector: each (task, text) asked once, the cache first, the rest in
-        prefix order, committed in checkpoints."""
+        prefix order, committed in checkpoints. DuckDB may call from several threads at once; the
+        engine runs one call at a time anyway, so one vector is answered at a time (exact counts)."""
+        with self.session.lock:
+            return self._answer_vector(function, rows)
+
+    def _answer_vector(self, function: str, rows: Sequence[tuple[Task, str]]) -> list[Any]:
         started = time.perf_counter()
         stats = self.stats[function]
         stats.rows_in += len(rows)

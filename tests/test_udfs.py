@@ -59,7 +59,7 @@ def plain(tiny_engine):
 
 @pytest.fixture
 def planned(tiny_engine):
-    con = Connection(engine=tiny_engine, cache=False)
+    con = aisql.connect(engine=tiny_engine, cache=False)
     load_tables(con.duckdb)
     yield con
     con.close()
