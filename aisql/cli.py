@@ -342,6 +342,49 @@ def _summary(result, output: str | None) -> None:
     stderr.print("[dim]" + _escape(" · ".join(parts)) + "[/dim]")
 
 
+@main.command()
+@click.option("--model", metavar="SPEC", help="'tiny', a Hugging Face id or a model directory (default: $AISQL_MODEL, then Qwen/Qwen3-0.6B).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on (0.0.0.0 for all).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port (0 picks a free one).")
+@click.option("--served-model-name", metavar="NAME", help="The model name clients send (default: the model spec).")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--kv-budget", metavar="SIZE", help="Memory for the prefix KV cache, e.g. 2GB (default: from free memory).")
+@click.option("--quantize", type=click.Choice(["int8", "fp8", "bf16"]), help="Opt-in weight quantization (int8 on CPU).")
+@click.option("--no-prefix-cache", is_flag=True, help="Do not reuse KV across requests (for comparisons).")
+@click.option("--no-speculation", is_flag=True, help="Plain greedy decoding, without prompt-lookup drafts (same output).")
+@click.option("--max-running", default=64, show_default=True, type=click.IntRange(min=1), help="Requests decoded together at most.")
+@click.option("--prefill-chunk", default=2048, show_default=True, type=click.IntRange(min=16), help="Prompt tokens prefilled between two decode passes.")
+@click.option("--debug", is_flag=True, hidden=True)
+@_handle_errors
+def serve(model, host, port, served_model_name, device, kv_budget, quantize, no_prefix_cache, no_speculation, max_running, prefill_chunk, debug):
+    """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
+    streaming), with cross-request prefix caching and continuous batching."""
+    import uvicorn
+
+    from aisql.engine.hf import HFEngine
+    from aisql.engine.loader import EngineOptions, load_engine
+    from aisql.serve.app import OpenAIServer
+
+    options = EngineOptions(
+        device=device,
+        kv_budget=parse_size(kv_budget) if kv_budget else None,
+        quantize=quantize,
+        prefix_cache=not no_prefix_cache,
+        speculative=not no_speculation,
+    )
+    engine = load_engine(model, options, warn=lambda line: stderr.print(f"[yellow]note:[/yellow] {_escape(line)}"))
+    if not isinstance(engine, HFEngine):
+        raise AisqlError("aisql serve runs the embedded engine", hint="for vLLM, run `vllm serve` and query it with --model openai:NAME@URL")
+    name = served_model_name or engine.info.name
+    server = OpenAIServer(engine, name, max_running=max_running, prefill_chunk=prefill_chunk)
+    if engine.info.note:
+        stderr.print(f"[yellow]note:[/yellow] model {_escape(name)}: {_escape(engine.info.note)}")
+    config = uvicorn.Config(server.app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    http = uvicorn.Server(config)
+    stderr.print(f"serving [bold]{_escape(name)}[/bold] on {engine.info.device} at http://{host}:{port}/v1 (Ctrl+C stops)")
+    http.run()
+
+
 def _escape(text: str) -> str:
     return text.replace("[", r"\[")
 

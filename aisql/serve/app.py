@@ -1,0 +1,411 @@
+"""`aisql serve`: an OpenAI-compatible HTTP API (Starlette, run by uvicorn) over the serving engine.
+
+    /v1/models  /v1/completions  /v1/chat/completions  /health  /metrics
+
+Each choice of a request is one engine request; its tokens come back through a thread-safe sink
+into an asyncio queue, are decoded incrementally (aisql.serve.text) and sent as they come
+(`stream: true`, server-sent events in OpenAI's chunk format) or gathered into one response. A
+client that disconnects cancels its requests, which frees their KV at the engine's next pass.
+Bad requests get OpenAI-style JSON errors with 4xx codes and touch nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from aisql.engine.hf import HFEngine
+from aisql.engine.serving import FinishEvent, RequestHandle, ServeRequest, ServingEngine, TokenEvent
+from aisql.serve.metrics import ServerMetrics
+from aisql.serve.protocol import ApiError, Sampling, parse_chat, parse_completion, parse_json
+from aisql.serve.text import TextStream
+
+DEFAULT_CHAT_MAX_TOKENS = 4096
+DISCONNECT_POLL_S = 0.5
+
+
+@dataclass
+class _Choice:
+    index: int
+    prompt_tokens: int
+    text: TextStream
+    request: ServeRequest
+    handle: RequestHandle | None = None
+    finish_reason: str | None = None
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[dict[int, float]] = field(default_factory=list)
+
+
+@dataclass
+class _Delta:
+    choice: _Choice
+    text: str
+    token_ids: list[int]
+    logprobs: list[float] | None
+    top_logprobs: list[dict[int, float]] | None
+    finish_reason: str | None = None
+
+
+class OpenAIServer:
+    def __init__(self, engine: HFEngine, model_name: str, *, max_running: int = 64, prefill_chunk: int = 2048) -> None:
+        self.engine = engine
+        self.model_name = model_name
+        self.tokenizer = engine.tokenizer
+        self.serving = ServingEngine(engine, max_running=max_running, prefill_chunk=prefill_chunk)
+        self.metrics = ServerMetrics(self.serving, model_name)
+        self.created = int(time.time())
+        routes = [
+            Route("/health", self._counted("health", self.health), methods=["GET"]),
+            Route("/metrics", self._counted("metrics", self.prometheus), methods=["GET"]),
+            Route("/v1/models", self._counted("models", self.models), methods=["GET"]),
+            Route("/v1/completions", self._counted("completions", self.completions), methods=["POST"]),
+            Route("/v1/chat/completions", self._counted("chat", self.chat), methods=["POST"]),
+        ]
+        self.app = Starlette(
+            routes=routes,
+            exception_handlers={HTTPException: self._http_error, Exception: self._internal_error},
+            lifespan=self._lifespan,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette):
+        yield
+        self.serving.close()  # the engine thread ends with the server
+
+    # ---- small endpoints -------------------------------------------------------------------
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model": self.model_name})
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def models(self, request: Request) -> Response:
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "aisql",
+            "max_model_len": self.engine.info.max_context,
+        }
+        return JSONResponse({"object": "list", "data": [card]})
+
+    # ---- generation ------------------------------------------------------------------------
+    async def completions(self, request: Request) -> Response:
+        parsed = parse_completion(parse_json(await request.body()))
+        self._check_model(parsed.model)
+        prompts = [self._encode_text(p) if isinstance(p, str) else self._check_ids(p) for p in parsed.prompts]
+        choices = self._choices(prompts, parsed.sampling)
+        kind = "text_completion"
+        response_id = f"cmpl-{uuid.uuid4().hex}"
+
+        def chunk(delta: _Delta) -> dict:
+            return {
+                "index": delta.choice.index,
+                "text": delta.text,
+                "logprobs": self._completion_logprobs(delta.choice, delta.token_ids, delta.logprobs, delta.top_logprobs)
+                if delta.logprobs is not None
+                else None,
+                "finish_reason": delta.finish_reason,
+            }
+
+        if parsed.sampling.stream:
+            return self._stream(request, choices, parsed.sampling, response_id, kind, chunk, first=None)
+        await self._gather(request, choices, parsed.sampling)
+        body = {
+            "id": response_id,
+            "object": kind,
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [
+                {
+                    "index": c.index,
+                    "text": c.text.sent,
+                    "logprobs": self._completion_logprobs(c, c.token_ids, c.logprobs, c.top_logprobs)
+                    if parsed.sampling.logprobs is not None
+                    else None,
+                    "finish_reason": c.finish_reason,
+                }
+                for c in choices
+            ],
+            "usage": _usage(choices, parsed.sampling.n),
+        }
+        return JSONResponse(body)
+
+    async def chat(self, request: Request) -> Response:
+        parsed = parse_chat(parse_json(await request.body()))
+        self._check_model(parsed.model)
+        prompt = self._encode_chat(parsed.messages)
+        choices = self._choices([prompt], parsed.sampling)
+        kind = "chat.completion.chunk"
+        response_id = f"chatcmpl-{uuid.uuid4().hex}"
+
+        def chunk(delta: _Delta) -> dict:
+            content = {"content": delta.text} if delta.text or delta.finish_reason is None else {}
+            return {
+                "index": delta.choice.index,
+                "delta": content,
+                "logprobs": {"content": self._chat_logprobs(delta.token_ids, delta.logprobs, delta.top_logprobs)}
+                if delta.logprobs is not None
+                else None,
+                "finish_reason": delta.finish_reason,
+            }
+
+        def first(choice: _Choice) -> dict:
+            return {"index": choice.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+
+        if parsed.sampling.stream:
+            return self._stream(request, choices, parsed.sampling, response_id, kind, chunk, first=first)
+        await self._gather(request, choices, parsed.sampling)
+        body = {
+            "id": response_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [
+                {
+                    "index": c.index,
+                    "message": {"role": "assistant", "content": c.text.sent},
+                    "logprobs": {"content": self._chat_logprobs(c.token_ids, c.logprobs, c.top_logprobs)}
+                    if parsed.sampling.logprobs is not None
+                    else None,
+                    "finish_reason": c.finish_reason,
+                }
+                for c in choices
+            ],
+            "usage": _usage(choices, 1),
+        }
+        return JSONResponse(body)
+
+    # ---- requests to choices ---------------------------------------------------------------
+    def _choices(self, prompts: list[list[int]], sampling: Sampling) -> list[_Choice]:
+        context = self.engine.info.max_context
+        choices = []
+        for p, prompt in enumerate(prompts):
+            room = context - len(prompt)
+            max_tokens = sampling.max_tokens or min(room, DEFAULT_CHAT_MAX_TOKENS)
+            if room < 1 or max_tokens > room:
+                raise ApiError(
+                    f"This model's maximum context length is {context} tokens. However, you requested "
+                    f"{len(prompt) + max_tokens} tokens ({len(prompt)} in the prompt, {max_tokens} for the completion).",
+                    param="messages" if sampling.max_tokens == 0 else "max_tokens",
+                    code="context_length_exceeded",
+                )
+            for _ in range(sampling.n):
+                request = ServeRequest(
+                    tuple(prompt),
+                    max_tokens,
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    seed=None if sampling.seed is None else sampling.seed + len(choices),
+                    logprobs=sampling.logprobs,
+                )
+                choices.append(_Choice(len(choices), len(prompt), TextStream(self.tokenizer, sampling.stop), request))
+        return choices
+
+    async def _events(self, request: Request, choices: list[_Choice]) -> AsyncIterator[_Delta]:
+        """Submit every choice and yield text deltas as tokens arrive; cancel whatever is still
+        running if the consumer stops (client gone, error)."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        for choice in choices:
+            sink = _sink(loop, queue, choice.index)
+            choice.handle = self.serving.submit(choice.request, sink)
+        pending = len(choices)
+        try:
+            while pending:
+                try:
+                    index, event = await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        return
+                    continue
+                choice = choices[index]
+                if choice.finish_reason is not None:
+                    continue  # ended by a stop sequence; the engine's last word does not matter
+                if isinstance(event, TokenEvent):
+                    choice.completion_tokens += len(event.token_ids)
+                    choice.token_ids.extend(event.token_ids)
+                    if event.logprobs is not None:
+                        choice.logprobs.extend(event.logprobs)
+                        choice.top_logprobs.extend(event.top_logprobs or [{}] * len(event.logprobs))
+                    text = choice.text.add(event.token_ids)
+                    if choice.text.stopped:
+                        choice.finish_reason = "stop"
+                        choice.handle.cancel()
+                        pending -= 1
+                        self.metrics.observe(choice.handle)
+                    yield _Delta(choice, text, event.token_ids, event.logprobs, event.top_logprobs, choice.finish_reason)
+                    continue
+                assert isinstance(event, FinishEvent)
+                if event.finish_reason == "error":
+                    raise RuntimeError(f"the engine failed: {event.error}")
+                choice.finish_reason = event.finish_reason
+                choice.cached_tokens = event.cached_tokens
+                pending -= 1
+                self.metrics.observe(choice.handle)
+                yield _Delta(
+                    choice, choice.text.flush(), [], None if choice.request.logprobs is None else [], None, choice.finish_reason
+                )
+        finally:
+            for choice in choices:
+                if choice.handle is not None and choice.finish_reason is None:
+                    choice.handle.cancel()
+
+    async def _gather(self, request: Request, choices: list[_Choice], sampling: Sampling) -> None:
+        async for _ in self._events(request, choices):
+            pass
+
+    def _stream(
+        self,
+        request: Request,
+        choices: list[_Choice],
+        sampling: Sampling,
+        response_id: str,
+        kind: str,
+        chunk: Callable[[_Delta], dict],
+        first: Callable[[_Choice], dict] | None,
+    ) -> StreamingResponse:
+        created = int(time.time())
+
+        def envelope(items: list[dict], usage: dict | None = None) -> str:
+            body = {"id": response_id, "object": kind, "created": created, "model": self.model_name, "choices": items}
+            if sampling.include_usage:
+                body["usage"] = usage
+            return f"data: {json.dumps(body)}\n\n"
+
+        async def events() -> AsyncIterator[str]:
+            if first is not None:
+                for choice in choices:
+                    yield envelope([first(choice)])
+            try:
+                async for delta in self._events(request, choices):
+                    if delta.text or delta.finish_reason is not None or delta.logprobs:
+                        yield envelope([chunk(delta)])
+            except RuntimeError as err:
+                yield f"data: {json.dumps(ApiError(str(err), status=500, kind='server_error').body())}\n\n"
+            if sampling.include_usage:
+                yield envelope([], _usage(choices, sampling.n if kind == "text_completion" else 1))
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    # ---- encoding and logprobs -------------------------------------------------------------
+    def _encode_text(self, text: str) -> list[int]:
+        return list(self.tokenizer(text)["input_ids"])
+
+    def _check_ids(self, ids: list[int]) -> list[int]:
+        vocab = len(self.tokenizer)
+        bad = next((t for t in ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ApiError(f"'prompt' holds token id {bad}, outside the vocabulary (0..{vocab - 1})", param="prompt")
+        return ids
+
+    def _encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        if self.engine.format.uses_chat_template:
+            try:
+                text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            except Exception as err:  # noqa: BLE001 - the template's own complaint, e.g. roles out of order
+                raise ApiError(f"the model's chat template refused these messages: {err}", param="messages") from None
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+        return self._encode_text(text)
+
+    def _completion_logprobs(self, choice: _Choice, ids, logprobs, tops) -> dict:
+        tokens = [choice.text.token_text(t) for t in ids]
+        return {
+            "tokens": tokens,
+            "token_logprobs": list(logprobs or []),
+            "top_logprobs": [{choice.text.token_text(t): lp for t, lp in top.items()} for top in (tops or [])],
+            "text_offset": _offsets(tokens, len(choice.text.sent) - sum(len(t) for t in tokens)),
+        }
+
+    def _chat_logprobs(self, ids, logprobs, tops) -> list[dict]:
+        out = []
+        for token, logprob, top in zip(ids, logprobs or [], tops or [{}] * len(ids)):
+            text = self.tokenizer.decode([token])
+            out.append(
+                {
+                    "token": text,
+                    "logprob": logprob,
+                    "bytes": list(text.encode()),
+                    "top_logprobs": [
+                        {"token": self.tokenizer.decode([t]), "logprob": lp, "bytes": list(self.tokenizer.decode([t]).encode())}
+                        for t, lp in top.items()
+                    ],
+                }
+            )
+        return out
+
+    def _check_model(self, model: str) -> None:
+        if model != self.model_name:
+            raise ApiError(
+                f"The model '{model}' does not exist; this server serves '{self.model_name}'",
+                param="model",
+                status=404,
+                code="model_not_found",
+            )
+
+    # ---- errors ----------------------------------------------------------------------------
+    def _counted(self, endpoint: str, handler):
+        async def wrapped(request: Request) -> Response:
+            try:
+                response = await handler(request)
+            except ApiError as err:
+                response = JSONResponse(err.body(), status_code=err.status)
+            self.metrics.requests.labels(endpoint, str(response.status_code)).inc()
+            return response
+
+        return wrapped
+
+    async def _http_error(self, request: Request, exc: HTTPException) -> Response:
+        error = ApiError(f"{exc.detail}: {request.method} {request.url.path}", status=exc.status_code)
+        return JSONResponse(error.body(), status_code=exc.status_code)
+
+    async def _internal_error(self, request: Request, exc: Exception) -> Response:
+        error = ApiError(f"internal error: {type(exc).__name__}: {exc}", status=500, kind="server_error")
+        return JSONResponse(error.body(), status_code=500)
+
+
+def create_app(engine: HFEngine, model_name: str, **options) -> Starlette:
+    return OpenAIServer(engine, model_name, **options).app
+
+
+def _sink(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, index: int):
+    def sink(event) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, (index, event))
+
+    return sink
+
+
+def _usage(choices: list[_Choice], n: int) -> dict:
+    prompt = sum(c.prompt_tokens for c in choices[::n]) if choices else 0
+    completion = sum(c.completion_tokens for c in choices)
+    cached = sum(c.cached_tokens for c in choices[::n]) if choices else 0
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def _offsets(tokens: list[str], start: int) -> list[int]:
+    offsets, position = [], max(0, start)
+    for token in tokens:
+        offsets.append(position)
+        position += len(token)
+    return offsets
