@@ -242,7 +242,7 @@ class ServingEngine:
         self._store(
             prompt,
             lambda start, stop: [
-                (l.keys[0, :, start:stop].clone(), l.values[0, :, start:stop].clone()) for l in state.cache.layers
+                (layer.keys[0, :, start:stop].clone(), layer.values[0, :, start:stop].clone()) for layer in state.cache.layers
             ],
         )
         logits = self.runner.logits(hidden[:, -1:])[0]  # [1, vocab]
@@ -432,7 +432,7 @@ class ServingEngine:
 
         def kv(start: int, stop: int) -> list[LayerKV]:
             picked = slots[start:stop]
-            return [(l.keys[row, :, picked].clone(), l.values[row, :, picked].clone()) for l in cache.layers]
+            return [(layer.keys[row, :, picked].clone(), layer.values[row, :, picked].clone()) for layer in cache.layers]
 
         self._store(tokens, kv)
 
