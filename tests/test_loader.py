@@ -47,7 +47,9 @@ def test_local_model_directory_loads(offline):
     [
         ("not a model!", "unknown model"),
         ("./nowhere/model", "does not exist"),
-        ("openai:gpt-x@http://localhost:1", "not available"),
+        ("openai:gpt-x", "cannot read the remote model"),
+        ("openai:tiny@localhost:1", "cannot read the remote model"),
+        ("openai:no/such-model@http://127.0.0.1:9/v1", "the tokenizer of 'no/such-model' is needed here"),
     ],
 )
 def test_bad_specs(offline, spec, message):

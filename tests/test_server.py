@@ -6,7 +6,6 @@ and bad requests answered with OpenAI-style 4xx JSON errors while the server kee
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -14,31 +13,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
-import uvicorn
 
 from aisql.engine import load_engine
 from aisql.engine.base import GenerateRequest
-from aisql.serve.app import OpenAIServer
+from aisql.serve.background import BackgroundServer
 
 MODEL = "tiny"
 
 
 @pytest.fixture(scope="module")
 def server():
-    engine = load_engine("tiny")
-    api = OpenAIServer(engine, MODEL, prefill_chunk=64)
-    http = uvicorn.Server(uvicorn.Config(api.app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=http.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not http.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    port = http.servers[0].sockets[0].getsockname()[1]
-    api.base_url = f"http://127.0.0.1:{port}"
-    yield api
-    http.should_exit = True
-    thread.join(timeout=30)
+    with BackgroundServer(load_engine("tiny"), MODEL, prefill_chunk=64) as background:
+        api = background.api
+        api.base_url = background.base_url
+        yield api
 
 
 @pytest.fixture(scope="module")
@@ -301,3 +289,37 @@ def test_openai_client_raises_its_own_errors(client):
     with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=-1)
     assert raised.value.status_code == 400
+
+
+def test_planned_query_on_a_remote_server_equals_the_embedded_engine(server, tiny_engine):
+    """--model openai:NAME@URL: the same prompts (token ids from NAME's tokenizer), the same
+    full-likelihood label scores, the same greedy text — the same rows as the embedded engine."""
+    import aisql
+    from tests.conftest import load_example_tables
+
+    query = """
+        SELECT c.id, p.id, AI.CLASSIFY(PROMPT('{c.profile}'), ['young', 'middle-aged', 'old']) AS age,
+               AI.GENERATE(PROMPT('Slogan for {p.name}'), max_tokens => 6) AS slogan
+        FROM customers c JOIN products p ON AI.IF(PROMPT('{c.profile} might buy this: {p.description}'))
+        WHERE c.id <= 4 AND p.price < 60 ORDER BY 1, 2"""
+    local = aisql.connect(engine=tiny_engine, cache=False)
+    load_example_tables(local)
+    remote = aisql.connect(model=f"openai:{MODEL}@{server.base_url}/v1", cache=False)
+    load_example_tables(remote)
+    requests = server.serving.stats.requests
+    result = remote.run(query)
+    assert result.table.to_pylist() == local.run(query).table.to_pylist()
+    assert result.model.device == "remote" and "meaningless" in result.model.note
+    assert server.serving.stats.requests > requests
+    assert server.serving.stats.prefix_hit_tokens > 0
+
+
+def test_remote_model_errors(server):
+    import aisql
+    from aisql.engine.tiny import tiny_model_dir
+    from aisql.errors import ModelError
+
+    # A name this machine knows (the tiny model's directory) that the server does not serve.
+    con = aisql.connect(model=f"openai:{tiny_model_dir()}@{server.base_url}/v1", cache=False)
+    with pytest.raises(ModelError, match=r"does not serve .* \(it serves: tiny\)"):
+        con.run("SELECT AI.IF('Is the sky blue?')")

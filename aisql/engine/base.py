@@ -156,3 +156,11 @@ class Engine(Protocol):
         self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True
     ) -> list[Generation]:
         """Greedy continuations. `speculative` drafts from the context; the output is the same."""
+
+
+def logsumexp(values: Sequence[float]) -> float:
+    """log(sum(exp(v))) of label log-likelihoods, -inf for none possible."""
+    top = max(values)
+    if top == -math.inf:
+        return top
+    return top + math.log(sum(math.exp(v - top) for v in values))

@@ -52,8 +52,8 @@ class ResolvedModel:
     """Which model a spec means and where its files are — decided without loading it."""
 
     name: str
-    backend: str  # "hf" (the built-in engine) | "vllm"
-    location: str  # a directory for "hf"; the model id or path for "vllm"
+    backend: str  # "hf" (the built-in engine) | "vllm" | "openai" (a remote server)
+    location: str  # a directory for "hf" (for "openai": the tokenizer's); the model id or path for "vllm"
     source: str
     note: str | None = None
     is_test: bool = False
@@ -63,6 +63,10 @@ class ResolvedModel:
         aisql.engine.fingerprint). Computed without loading the model."""
         if self.backend == "hf":
             return hf_fingerprint(Path(self.location), options)
+        if self.backend == "openai":
+            from aisql.engine.remote import remote_fingerprint
+
+            return remote_fingerprint(self.name)
         return vllm_fingerprint(self.location, options)
 
 
@@ -96,6 +100,10 @@ def load_engine(
 
 
 def load_resolved(model: ResolvedModel, options: EngineOptions) -> Engine:
+    if model.backend == "openai":
+        from aisql.engine.remote import RemoteEngine
+
+        return RemoteEngine(model.name, model.location, note=model.note, is_test=model.is_test)
     if model.backend == "vllm":
         from aisql.engine.vllm import load_vllm_engine
 
@@ -136,10 +144,17 @@ def _resolve(name: str, weights: bool = True) -> ResolvedModel:
             raise ModelError("vllm: needs a model, e.g. vllm:Qwen/Qwen3-0.6B")
         return ResolvedModel(name, "vllm", target, "vllm")
     if lowered.startswith("openai:"):
-        raise ModelError(
-            "model backend 'openai' is not available in this version of aisql",
-            hint="use a Hugging Face id, a local model directory, vllm:ID, or 'tiny'",
-        )
+        from aisql.engine.remote import parse_remote_spec
+
+        served, url = parse_remote_spec(name)
+        try:
+            local = _resolve(served, weights=False)  # its tokenizer and config: prompts are token ids
+        except ModelError as err:
+            raise ModelError(
+                f"{name}: the tokenizer of {served!r} is needed here ({err.message})",
+                hint="name the served model by a Hugging Face id in the local cache, a local directory, or 'tiny'",
+            ) from None
+        return ResolvedModel(name, "openai", local.location, url, note=local.note, is_test=local.is_test)
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").exists():

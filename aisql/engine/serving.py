@@ -43,6 +43,9 @@ class ServeRequest:
     seed: int | None = None
     logprobs: int | None = None  # None: none; k: each token's logprob and its top-k alternatives
     speculative: bool = True
+    # vLLM's extension: choose only among these tokens. Logprobs stay those of the full
+    # distribution, so a one-token request for an allowed token reports log P(token | prompt).
+    allowed_token_ids: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -214,7 +217,7 @@ class ServingEngine:
             cached = min(length, len(prompt) - 1)
             if cached:
                 for layer, (k, v) in enumerate(self.engine.radix.gather(node, cached)):
-                    self.runner._seed(cache, layer, k.unsqueeze(0).clone(), v.unsqueeze(0).clone())
+                    self.runner._seed(cache, layer, k.unsqueeze(0), v.unsqueeze(0))  # gather made new tensors
                 self.engine.radix.touch(node)
         self.engine.stats.kv_hit_tokens += cached
         self.stats.prefix_hit_tokens += cached
@@ -254,7 +257,10 @@ class ServingEngine:
             feed=-1,
             cached=state.cached,
             drafts=self.engine.drafter(list(prompt))
-            if request.temperature == 0 and request.speculative and self.engine.speculation is not None
+            if request.temperature == 0
+            and request.speculative
+            and request.allowed_token_ids is None
+            and self.engine.speculation is not None
             else None,
             generator=_generator(request.seed, self.runner.device),
         )
@@ -342,7 +348,7 @@ class ServingEngine:
         slots = self._mask.shape[1]
         for row, (sequence, draft) in enumerate(zip(rows, drafts)):
             request = sequence.handle.request
-            if request.temperature == 0:
+            if request.temperature == 0 and request.allowed_token_ids is None:
                 greedy = torch.argmax(logits[row, : len(draft) + 1], dim=-1).tolist()
                 accepted = accepted_length(draft, greedy)
                 tokens = draft[:accepted] + [greedy[accepted]]
@@ -371,10 +377,15 @@ class ServingEngine:
     # ---- tokens out ------------------------------------------------------------------------
     def _choose(self, sequence: _Sequence, logits: torch.Tensor) -> tuple[int, float | None, dict | None]:
         request = sequence.handle.request
+        candidates = logits
+        if request.allowed_token_ids is not None:
+            candidates = torch.full_like(logits, float("-inf"))
+            allowed = torch.tensor(request.allowed_token_ids, device=logits.device)
+            candidates[allowed] = logits[allowed]
         if request.temperature == 0:
-            token = int(torch.argmax(logits))
+            token = int(torch.argmax(candidates))
         else:
-            probs = torch.softmax(logits.float() / request.temperature, dim=-1)
+            probs = torch.softmax(candidates.float() / request.temperature, dim=-1)
             if request.top_p < 1.0:
                 sorted_probs, order = torch.sort(probs, descending=True)
                 outside = torch.cumsum(sorted_probs, dim=-1) - sorted_probs > request.top_p

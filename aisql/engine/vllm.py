@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelInfo, ScoreRequest
+from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelInfo, ScoreRequest, logsumexp
 from aisql.engine.loader import vllm_fingerprint
 from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
 from aisql.errors import ModelError
@@ -96,7 +96,7 @@ class VLLMEngine(EncodesPrompts):
                 entry = first_logprobs.get(label[0])
                 value = entry.logprob if entry is not None else -math.inf
                 values.append(value + tails.get((index, k), 0.0))
-            total = _logsumexp(values)
+            total = logsumexp(values)
             results.append(LabelScores(tuple(v - total for v in values)))
         self.stats.score_requests += len(requests)
         return results
@@ -150,9 +150,3 @@ class VLLMEngine(EncodesPrompts):
             self.stats.computed_tokens += len(request.prompt_ids) - cached
         self.stats.forward_passes += 1  # one engine call; vLLM schedules its own steps
 
-
-def _logsumexp(values: Sequence[float]) -> float:
-    top = max(values)
-    if top == -math.inf:
-        return top
-    return top + math.log(sum(math.exp(v - top) for v in values))

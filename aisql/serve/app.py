@@ -108,6 +108,8 @@ class OpenAIServer:
         parsed = parse_completion(parse_json(await request.body()))
         self._check_model(parsed.model)
         prompts = [self._encode_text(p) if isinstance(p, str) else self._check_ids(p) for p in parsed.prompts]
+        if parsed.sampling.allowed_token_ids is not None:
+            self._check_ids(parsed.sampling.allowed_token_ids, "allowed_token_ids")
         choices = self._choices(prompts, parsed.sampling)
         kind = "text_completion"
         response_id = f"cmpl-{uuid.uuid4().hex}"
@@ -212,6 +214,7 @@ class OpenAIServer:
                     top_p=sampling.top_p,
                     seed=None if sampling.seed is None else sampling.seed + len(choices),
                     logprobs=sampling.logprobs,
+                    allowed_token_ids=tuple(sampling.allowed_token_ids) if sampling.allowed_token_ids else None,
                 )
                 choices.append(_Choice(len(choices), len(prompt), TextStream(self.tokenizer, sampling.stop), request))
         return choices
@@ -307,11 +310,11 @@ class OpenAIServer:
     def _encode_text(self, text: str) -> list[int]:
         return list(self.tokenizer(text)["input_ids"])
 
-    def _check_ids(self, ids: list[int]) -> list[int]:
+    def _check_ids(self, ids: list[int], param: str = "prompt") -> list[int]:
         vocab = len(self.tokenizer)
         bad = next((t for t in ids if not 0 <= t < vocab), None)
         if bad is not None:
-            raise ApiError(f"'prompt' holds token id {bad}, outside the vocabulary (0..{vocab - 1})", param="prompt")
+            raise ApiError(f"'{param}' holds token id {bad}, outside the vocabulary (0..{vocab - 1})", param=param)
         return ids
 
     def _encode_chat(self, messages: list[dict[str, str]]) -> list[int]:

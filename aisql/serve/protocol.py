@@ -47,6 +47,7 @@ class Sampling:
     stop: list[str] = field(default_factory=list)
     n: int = 1
     logprobs: int | None = None  # None: no logprobs; k >= 0: chosen token plus top k
+    allowed_token_ids: list[int] | None = None  # vLLM's extension: sample only among these
     stream: bool = False
     include_usage: bool = False
 
@@ -102,6 +103,11 @@ def parse_completion(body: dict, *, default_max_tokens: int = 16) -> CompletionR
     _refuse(body, "suffix", "best_of")
     sampling = _sampling(body, max_tokens_keys=("max_tokens",), default_max_tokens=default_max_tokens)
     sampling.logprobs = logprobs
+    allowed = body.get("allowed_token_ids")
+    if allowed is not None:
+        if not isinstance(allowed, list) or not allowed or not all(_is_int(t) and t >= 0 for t in allowed):
+            raise ApiError("'allowed_token_ids' must be a non-empty list of token ids", param="allowed_token_ids")
+        sampling.allowed_token_ids = allowed
     return CompletionRequest(model, prompts, sampling)
 
 

@@ -1,0 +1,200 @@
+"""RemoteEngine: the Engine interface over an OpenAI-compatible server (`aisql serve`, vLLM, ...).
+
+`--model openai:NAME@BASE_URL`, e.g. `openai:Qwen/Qwen3-0.6B@http://gpu-box:8000/v1`. A batch
+AI-SQL job can then share one server with other jobs and interactive users.
+
+Prompts are sent as token ids, encoded locally with NAME's own tokenizer and prompt format (so
+NAME must be resolvable here without weights: a Hugging Face id in the local cache, a directory,
+or 'tiny') — exactly the ids the embedded engine would run. They are sent in the planner's order
+with bounded concurrency, so requests sharing a prefix reach the server together and hit its
+prefix cache; the openai client retries failed calls.
+
+- Scoring: log P(label | prompt) = sum over the label's tokens of log P(token | prompt + the
+  tokens before it), one `max_tokens=1` request per label token restricted to that token
+  (`allowed_token_ids`, vLLM's extension, also served by `aisql serve`) whose reported logprob
+  is the unrestricted one. The same full-likelihood score as the embedded engine.
+- Generation: greedy completions of `max_tokens`, stopped at the model's end token.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from aisql.engine.base import (
+    EngineStats,
+    GenerateRequest,
+    Generation,
+    LabelScores,
+    ModelFacts,
+    ModelInfo,
+    ScoreRequest,
+    logsumexp,
+)
+from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
+from aisql.errors import ModelError
+
+DEFAULT_CONCURRENCY = 8
+
+
+def parse_remote_spec(spec: str) -> tuple[str, str]:
+    """'openai:NAME@URL' -> (NAME, URL)."""
+    body = spec[len("openai:") :]
+    name, at, url = body.rpartition("@")
+    if not at or not name or not url.startswith(("http://", "https://")):
+        raise ModelError(
+            f"cannot read the remote model {spec!r}",
+            hint="write openai:NAME@BASE_URL, e.g. openai:tiny@http://127.0.0.1:8000/v1",
+        )
+    return name, url.rstrip("/")
+
+
+def remote_fingerprint(spec: str) -> str:
+    """The server's weights are unknown here: answers are cached per served name and URL."""
+    name, url = parse_remote_spec(spec)
+    return f"openai:{name}@{url}"
+
+
+class RemoteEngine(EncodesPrompts):
+    def __init__(
+        self,
+        spec: str,
+        tokenizer_directory: str,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        note: str | None = None,
+        is_test: bool = False,
+    ) -> None:
+        try:
+            import openai
+        except ImportError:
+            raise ModelError(
+                "the openai backend needs the openai package, which is not installed",
+                hint="pip install 'aisql[openai]'",
+            ) from None
+        from transformers import AutoTokenizer
+
+        self.name, self.base_url = parse_remote_spec(spec)
+        self._openai = openai
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=_api_key(), max_retries=3, timeout=600)
+        self.concurrency = concurrency
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_directory)
+        self.format = PromptFormat(self.tokenizer)
+        self._tokenizer_directory = tokenizer_directory
+        card = self._model_card()
+        max_context = int(card.get("max_model_len") or min(getattr(self.tokenizer, "model_max_length", 4096), 1 << 20))
+        self.info = ModelInfo(
+            name=spec,
+            source=self.base_url,
+            device="remote",
+            dtype="unknown",
+            max_context=max_context,
+            fingerprint=remote_fingerprint(spec),
+            is_test_model=is_test,
+            note=note,
+        )
+        self.stats = EngineStats()
+
+    def _model_card(self) -> dict:
+        try:
+            models = self.client.models.list().data
+        except self._openai.APIConnectionError:
+            raise ModelError(
+                f"cannot reach the model server at {self.base_url}", hint="is `aisql serve` (or vLLM) running there?"
+            ) from None
+        except self._openai.OpenAIError as err:
+            raise ModelError(f"the model server at {self.base_url} failed: {_first_line(err)}") from None
+        for model in models:
+            if model.id == self.name:
+                return model.model_dump()
+        served = ", ".join(m.id for m in models) or "none"
+        raise ModelError(f"the server at {self.base_url} does not serve {self.name!r} (it serves: {served})")
+
+    def facts(self) -> ModelFacts:
+        from aisql.engine.profile import profile_from_config
+
+        profile = profile_from_config(self._tokenizer_directory, self.info.name, "auto")
+        return ModelFacts(format=self.format, profile=profile, encode_label=self.encode_label)
+
+    def reset_cache(self) -> None:
+        """The server's cache is the server's."""
+
+    # ---- the Engine interface ----------------------------------------------------------------
+    def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:
+        jobs = [
+            (tuple(r.prompt_ids) + tuple(label[:j]), label[j])
+            for r in requests
+            for label in r.label_ids
+            for j in range(len(label))
+        ]
+        logprobs = iter(self._map(self._token_logprob, jobs))
+        results = []
+        for request in requests:
+            values = [sum(next(logprobs) for _ in label) for label in request.label_ids]
+            total = logsumexp(values)
+            results.append(LabelScores(tuple(v - total for v in values)))
+        self.stats.score_requests += len(requests)
+        return results
+
+    def generate(self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True) -> list[Generation]:
+        results = self._map(self._generate_one, list(requests))
+        self.stats.generate_requests += len(requests)
+        return results
+
+    # ---- requests ----------------------------------------------------------------------------
+    def _map(self, fn, items: list) -> list:
+        """In the callers' (prefix) order, at most `concurrency` in flight."""
+        if not items:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
+            return list(pool.map(fn, items))
+
+    def _token_logprob(self, job: tuple[tuple[int, ...], int]) -> float:
+        prompt, token = job
+        response = self._complete(prompt, max_tokens=1, logprobs=0, extra_body={"allowed_token_ids": [token]})
+        logprobs = response.choices[0].logprobs
+        if logprobs is None or not logprobs.token_logprobs:
+            raise ModelError(
+                f"the server at {self.base_url} returned no logprobs (it must support allowed_token_ids and logprobs)"
+            )
+        value = logprobs.token_logprobs[0]
+        return -math.inf if value is None else float(value)
+
+    def _generate_one(self, request: GenerateRequest) -> Generation:
+        response = self._complete(request.prompt_ids, max_tokens=request.max_tokens)
+        choice = response.choices[0]
+        text = choice.text or ""
+        stopped = choice.finish_reason == "stop"
+        tokens = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        completion = response.usage.completion_tokens if response.usage else len(tokens)
+        self.stats.generated_tokens += completion
+        return Generation(
+            token_ids=tokens, text=text.strip(), finish_reason="stop" if stopped else "length", steps=completion + stopped
+        )
+
+    def _complete(self, prompt: Sequence[int], **kwargs):
+        try:
+            response = self.client.completions.create(model=self.name, prompt=list(prompt), temperature=0, **kwargs)
+        except self._openai.APIConnectionError:
+            raise ModelError(f"lost the connection to the model server at {self.base_url}") from None
+        except self._openai.APIStatusError as err:
+            raise ModelError(f"the model server at {self.base_url} refused a request: {_first_line(err)}") from None
+        usage = response.usage
+        if usage is not None:
+            details = getattr(usage, "prompt_tokens_details", None)
+            cached = (getattr(details, "cached_tokens", 0) or 0) if details is not None else 0
+            self.stats.kv_hit_tokens += cached
+            self.stats.computed_tokens += usage.prompt_tokens - cached + usage.completion_tokens
+        self.stats.forward_passes += 1
+        return response
+
+
+def _api_key() -> str:
+    import os
+
+    return os.environ.get("OPENAI_API_KEY", "unused")
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).splitlines() or [type(err).__name__])[0]
