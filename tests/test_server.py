@@ -323,3 +323,36 @@ def test_remote_model_errors(server):
     con = aisql.connect(model=f"openai:{tiny_model_dir()}@{server.base_url}/v1", cache=False)
     with pytest.raises(ModelError, match=r"does not serve .* \(it serves: tiny\)"):
         con.run("SELECT AI.IF('Is the sky blue?')")
+
+
+def test_aisql_serve_command():
+    """The CLI entry point: `aisql serve` starts, answers, and stops on SIGTERM."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aisql.cli", "serve", "--model", "tiny", "--port", str(port)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=30)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                models = client.models.list()
+                break
+            except openai.APIConnectionError:
+                assert process.poll() is None, process.stderr.read()
+                assert time.monotonic() < deadline, "aisql serve did not come up"
+                time.sleep(0.05)
+        assert models.data[0].id == "tiny"
+        assert client.completions.create(model="tiny", prompt="Hi", max_tokens=3, temperature=0).usage.completion_tokens > 0
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert f"serving tiny on cpu at http://127.0.0.1:{port}/v1" in err
+    assert "meaningless" in err and "Traceback" not in err
