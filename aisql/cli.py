@@ -131,6 +131,28 @@ def main() -> None:
     """Run SQL with AI functions (AI.IF, AI.CLASSIFY, AI.GENERATE) over your data, planned for an LLM."""
 
 
+_engine = [
+    click.option("--model", metavar="SPEC", help="'tiny', a Hugging Face id, a model directory, vllm:ID or openai:NAME@URL (default: $AISQL_MODEL, then Qwen/Qwen3-0.6B)."),
+    click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
+    click.option("--kv-budget", metavar="SIZE", help="Memory for the prefix KV cache, e.g. 2GB (default: from free memory)."),
+    click.option("--quantize", type=click.Choice(["int8", "fp8", "bf16"]), help="Opt-in weight quantization (int8 on CPU); outputs say so."),
+    click.option("--no-prefix-cache", is_flag=True, help="Do not reuse KV across prompts or requests (for comparisons)."),
+    click.option("--no-speculation", is_flag=True, help="Plain greedy decoding, without prompt-lookup drafts (same output)."),
+]
+
+
+def _engine_options(device: str, kv_budget: str | None, quantize: str | None, no_prefix_cache: bool, no_speculation: bool):
+    from aisql.engine.loader import EngineOptions
+
+    return EngineOptions(
+        device=device,
+        kv_budget=parse_size(kv_budget) if kv_budget else None,
+        quantize=quantize,
+        prefix_cache=not no_prefix_cache,
+        speculative=not no_speculation,
+    )
+
+
 _common = [
     click.argument("query_file", required=False),
     click.option("-e", "--execute", "sql", metavar="SQL", help="SQL text instead of a QUERY_FILE."),
@@ -151,12 +173,7 @@ def _apply(options):
 
 @main.command()
 @_apply(_common)
-@click.option("--model", metavar="SPEC", help="'tiny', a Hugging Face id or a model directory (default: $AISQL_MODEL, then Qwen/Qwen3-0.6B).")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--kv-budget", metavar="SIZE", help="Memory for the prefix KV cache, e.g. 2GB (default: from free memory).")
-@click.option("--quantize", type=click.Choice(["int8", "fp8", "bf16"]), help="Opt-in weight quantization (int8 on CPU); outputs say so.")
-@click.option("--no-prefix-cache", is_flag=True, help="Do not reuse KV across prompts (for comparisons).")
-@click.option("--no-speculation", is_flag=True, help="Plain greedy decoding, without prompt-lookup drafts (same output).")
+@_apply(_engine)
 @click.option("-o", "--output", metavar="PATH", help="Write the result to a .csv, .parquet or .json file.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True, help="How to print the result on stdout.")
 @click.option("--stats-json", metavar="PATH", help="Write run statistics (prompts, tokens, time per AI node) as JSON.")
@@ -178,19 +195,12 @@ def run(
     cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
-    from aisql.engine.loader import EngineOptions
     from aisql.output import check_output_path, print_csv, print_json, print_table, write_table, write_text_atomically
 
     text, query_dir = _query_source(query_file, sql)
     if output:
         check_output_path(output)
-    options = EngineOptions(
-        device=device,
-        kv_budget=parse_size(kv_budget) if kv_budget else None,
-        quantize=quantize,
-        prefix_cache=not no_prefix_cache,
-        speculative=not no_speculation,
-    )
+    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation)
     if cache_path and no_cache:
         raise AisqlError("give either --cache PATH or --no-cache, not both")
     cache = False if no_cache else (cache_path or True)
@@ -343,15 +353,10 @@ def _summary(result, output: str | None) -> None:
 
 
 @main.command()
-@click.option("--model", metavar="SPEC", help="'tiny', a Hugging Face id or a model directory (default: $AISQL_MODEL, then Qwen/Qwen3-0.6B).")
+@_apply(_engine)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on (0.0.0.0 for all).")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port (0 picks a free one).")
 @click.option("--served-model-name", metavar="NAME", help="The model name clients send (default: the model spec).")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--kv-budget", metavar="SIZE", help="Memory for the prefix KV cache, e.g. 2GB (default: from free memory).")
-@click.option("--quantize", type=click.Choice(["int8", "fp8", "bf16"]), help="Opt-in weight quantization (int8 on CPU).")
-@click.option("--no-prefix-cache", is_flag=True, help="Do not reuse KV across requests (for comparisons).")
-@click.option("--no-speculation", is_flag=True, help="Plain greedy decoding, without prompt-lookup drafts (same output).")
 @click.option("--max-running", default=64, show_default=True, type=click.IntRange(min=1), help="Requests decoded together at most.")
 @click.option("--prefill-chunk", default=2048, show_default=True, type=click.IntRange(min=16), help="Prompt tokens prefilled between two decode passes.")
 @click.option("--debug", is_flag=True, hidden=True)
@@ -362,16 +367,10 @@ def serve(model, host, port, served_model_name, device, kv_budget, quantize, no_
     import uvicorn
 
     from aisql.engine.hf import HFEngine
-    from aisql.engine.loader import EngineOptions, load_engine
+    from aisql.engine.loader import load_engine
     from aisql.serve.app import OpenAIServer
 
-    options = EngineOptions(
-        device=device,
-        kv_budget=parse_size(kv_budget) if kv_budget else None,
-        quantize=quantize,
-        prefix_cache=not no_prefix_cache,
-        speculative=not no_speculation,
-    )
+    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation)
     engine = load_engine(model, options, warn=lambda line: stderr.print(f"[yellow]note:[/yellow] {_escape(line)}"))
     if not isinstance(engine, HFEngine):
         raise AisqlError("aisql serve runs the embedded engine", hint="for vLLM, run `vllm serve` and query it with --model openai:NAME@URL")
