@@ -356,3 +356,27 @@ def test_aisql_serve_command():
         _, err = process.communicate(timeout=30)
     assert f"serving tiny on cpu at http://127.0.0.1:{port}/v1" in err
     assert "meaningless" in err and "Traceback" not in err
+
+
+def test_a_client_that_stops_reading_does_not_block_others(server, client):
+    """A streaming client that never reads its socket: the engine only enqueues for it, so other
+    requests are served meanwhile; when it goes away its request is cancelled."""
+    import socket
+
+    body = json.dumps({"model": MODEL, "prompt": "Slow reader:", "max_tokens": 1500, "temperature": 0, "stream": True})
+    host, port = server.base_url.removeprefix("http://").split(":")
+    slow = socket.create_connection((host, int(port)))
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    slow.sendall(
+        f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+    )
+    cancelled = server.serving.stats.cancelled
+    try:
+        wait_until(lambda: server.serving.stats.running >= 1)
+        for i in range(3):
+            reply = client.completions.create(model=MODEL, prompt=f"Meanwhile {i}", max_tokens=8, temperature=0)
+            assert reply.usage.completion_tokens > 0
+    finally:
+        slow.close()
+    wait_until(lambda: server.serving.stats.cancelled > cancelled or server.serving.stats.running == 0)
