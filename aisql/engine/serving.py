@@ -194,17 +194,88 @@ class ServingEngine:
 
     # ---- prefill ---------------------------------------------------------------------------
     def _prefill_some(self) -> None:
+        """Up to `prefill_chunk` prompt tokens this iteration: the next chunk of a long prompt in
+        progress, then as many waiting requests as fit, prefilled together in one batched pass
+        (rows with different cached prefixes); a request too long to fit starts a chunked prefill."""
         budget = self.prefill_chunk
-        while budget > 0 and len(self._rows) < self.max_running:
-            if self._prefilling is None:
-                if not self._waiting:
-                    return
-                handle = self._waiting.pop(0)
-                if handle.cancelled:
-                    self._finish_unstarted(handle)
-                    continue
-                self._prefilling = self._start_prefill(handle)
+        if self._prefilling is not None:
             budget -= self._prefill_chunk(self._prefilling, budget)
+        batch: list[RequestHandle] = []
+        while budget > 0 and self._waiting and self._prefilling is None and len(self._rows) + len(batch) < self.max_running:
+            handle = self._waiting[0]
+            if handle.cancelled:
+                self._finish_unstarted(self._waiting.pop(0))
+                continue
+            tail = self._uncached_tail(handle.request.prompt_ids)
+            if tail <= budget:
+                batch.append(self._waiting.pop(0))
+                budget -= tail
+            elif batch:
+                break  # it starts next iteration
+            else:
+                self._prefilling = self._start_prefill(self._waiting.pop(0))
+                budget -= self._prefill_chunk(self._prefilling, budget)
+        if batch:
+            self._prefill_batch(batch)
+
+    def _uncached_tail(self, prompt: Sequence[int]) -> int:
+        if not self.engine.prefix_cache:
+            return len(prompt)
+        _, length = self.engine.radix.match(prompt)
+        return len(prompt) - min(length, len(prompt) - 1)
+
+    def _prefill_batch(self, handles: list[RequestHandle]) -> None:
+        """Prefill several prompts in one pass, each from its deepest cached prefix (prefixes they
+        share but the tree lacks are computed once first), store their KV, pick their first tokens."""
+        engine, scheduler = self.engine, self.engine.scheduler
+        prompts = [h.request.prompt_ids for h in handles]
+        reuse = engine.prefix_cache
+        chains = scheduler.admit(prompts)
+        try:
+            if reuse:
+                engine._compute_shared(chains)
+            works = [scheduler.refresh(scheduler.leaf_work(i, p, chains[i], reuse)) for i, p in enumerate(prompts)]
+            out = engine._run(works, keep_cache=True, store=reuse)
+        finally:
+            scheduler.release(chains)
+        rows = torch.arange(len(works), device=self.runner.device)
+        logits = self.runner.logits(out.hidden[rows, torch.tensor(out.lengths, device=self.runner.device) - 1])
+        keep, sequences = [], []
+        for b, (handle, work) in enumerate(zip(handles, works)):
+            self.stats.prompt_tokens += len(handle.request.prompt_ids)
+            self.stats.prefix_hit_tokens += work.row.prefix_len
+            sequence = self._new_sequence(handle, work.row.prefix_len)
+            if not self._first_token(sequence, logits[b]):
+                keep.append(b)
+                sequences.append(sequence)
+        if not keep:
+            return
+        mask = out.mask
+        if len(keep) < len(works):
+            index = torch.tensor(keep, device=self.runner.device)
+            out.cache.batch_select_indices(index)
+            mask = mask[index]
+        self._join(sequences, out.cache, mask)
+
+    def _new_sequence(self, handle: RequestHandle, cached: int) -> _Sequence:
+        request = handle.request
+        greedy = request.temperature == 0 and request.allowed_token_ids is None
+        return _Sequence(
+            handle=handle,
+            outputs=[],
+            position=len(request.prompt_ids),
+            feed=-1,
+            cached=cached,
+            drafts=self.engine.drafter(list(request.prompt_ids))
+            if greedy and request.speculative and self.engine.speculation is not None
+            else None,
+            generator=_generator(request.seed, self.runner.device),
+        )
+
+    def _first_token(self, sequence: _Sequence, logits: torch.Tensor) -> bool:
+        """Choose and send the token after the prompt; True if that already ends the request."""
+        token, logprob, top = self._choose(sequence, logits)
+        return self._emit(sequence, [token], [logprob] if logprob is not None else None, [top] if top is not None else None)
 
     def _start_prefill(self, handle: RequestHandle) -> _Prefill:
         """Seed the request's cache with the longest prefix the radix tree holds (all but the
@@ -248,29 +319,10 @@ class ServingEngine:
                 (layer.keys[0, :, start:stop].clone(), layer.values[0, :, start:stop].clone()) for layer in state.cache.layers
             ],
         )
-        logits = self.runner.logits(hidden[:, -1:])[0]  # [1, vocab]
-        request = handle.request
-        sequence = _Sequence(
-            handle=handle,
-            outputs=[],
-            position=len(prompt),
-            feed=-1,
-            cached=state.cached,
-            drafts=self.engine.drafter(list(prompt))
-            if request.temperature == 0
-            and request.speculative
-            and request.allowed_token_ids is None
-            and self.engine.speculation is not None
-            else None,
-            generator=_generator(request.seed, self.runner.device),
-        )
-        token, logprob, top = self._choose(sequence, logits[0])
-        if self._emit(sequence, [token], [logprob] if logprob is not None else None, [top] if top is not None else None):
-            self._store_finished(
-                sequence, state.cache, torch.ones((1, len(prompt)), dtype=torch.long, device=self.runner.device), 0
-            )
-            return run
-        self._join(sequence, state.cache, len(prompt))
+        logits = self.runner.logits(hidden[:, -1])  # [1, vocab]
+        sequence = self._new_sequence(handle, state.cached)
+        if not self._first_token(sequence, logits[0]):
+            self._join([sequence], state.cache, torch.ones((1, len(prompt)), dtype=torch.long, device=self.runner.device))
         return run
 
     def _finish_unstarted(self, handle: RequestHandle) -> None:
@@ -278,23 +330,20 @@ class ServingEngine:
         handle.sink(FinishEvent("cancelled", len(handle.request.prompt_ids), 0, 0))
 
     # ---- the running batch -----------------------------------------------------------------
-    def _join(self, sequence: _Sequence, cache, length: int) -> None:
-        """Append a prefilled request as a new row of the running batch."""
-        device = self.runner.device
-        new_mask = torch.ones((1, length), dtype=torch.long, device=device)
+    def _join(self, sequences: list[_Sequence], cache, mask: torch.Tensor) -> None:
+        """Append prefilled requests as new rows of the running batch (`mask`: their real slots)."""
         if self._cache is None:
-            self._cache, self._mask = cache, new_mask
-            self._rows = [sequence]
+            self._cache, self._mask, self._rows = cache, mask, list(sequences)
             return
-        slots = max(self._mask.shape[1], length)
+        slots = max(self._mask.shape[1], mask.shape[1])
         merged = self.runner.new_cache()
         for index, (old, new) in enumerate(zip(self._cache.layers, cache.layers)):
             keys = torch.cat([_pad_slots(old.keys, slots), _pad_slots(new.keys, slots)], dim=0)
             values = torch.cat([_pad_slots(old.values, slots), _pad_slots(new.values, slots)], dim=0)
             self.runner._seed(merged, index, keys, values)
-        self._mask = torch.cat([_pad_slots(self._mask, slots), _pad_slots(new_mask, slots)], dim=0)
+        self._mask = torch.cat([_pad_slots(self._mask, slots), _pad_slots(mask, slots)], dim=0)
         self._cache = merged
-        self._rows.append(sequence)
+        self._rows.extend(sequences)
 
     def _keep_rows(self, keep: list[int]) -> None:
         if not keep:
