@@ -359,9 +359,12 @@ def _summary(result, output: str | None) -> None:
 @click.option("--served-model-name", metavar="NAME", help="The model name clients send (default: the model spec).")
 @click.option("--max-running", default=64, show_default=True, type=click.IntRange(min=1), help="Requests decoded together at most.")
 @click.option("--prefill-chunk", default=2048, show_default=True, type=click.IntRange(min=16), help="Prompt tokens prefilled between two decode passes.")
+@click.option("--max-kv-tokens", type=click.IntRange(min=1), metavar="N", help="Admit requests while running ones need at most N tokens of KV (default: the KV budget's worth).")
 @click.option("--debug", is_flag=True, hidden=True)
 @_handle_errors
-def serve(model, host, port, served_model_name, device, kv_budget, quantize, no_prefix_cache, no_speculation, max_running, prefill_chunk, debug):
+def serve(
+    model, host, port, served_model_name, device, kv_budget, quantize, no_prefix_cache, no_speculation, max_running, prefill_chunk, max_kv_tokens, debug
+):
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
     streaming), with cross-request prefix caching and continuous batching."""
     import uvicorn
@@ -375,7 +378,7 @@ def serve(model, host, port, served_model_name, device, kv_budget, quantize, no_
     if not isinstance(engine, HFEngine):
         raise AisqlError("aisql serve runs the embedded engine", hint="for vLLM, run `vllm serve` and query it with --model openai:NAME@URL")
     name = served_model_name or engine.info.name
-    server = OpenAIServer(engine, name, max_running=max_running, prefill_chunk=prefill_chunk)
+    server = OpenAIServer(engine, name, max_running=max_running, prefill_chunk=prefill_chunk, max_kv_tokens=max_kv_tokens)
     if engine.info.note:
         stderr.print(f"[yellow]note:[/yellow] model {_escape(name)}: {_escape(engine.info.note)}")
     config = uvicorn.Config(server.app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)

@@ -126,11 +126,18 @@ class _Sequence:
 
 
 class ServingEngine:
-    def __init__(self, engine: HFEngine, *, max_running: int = 64, prefill_chunk: int = 2048) -> None:
+    def __init__(
+        self, engine: HFEngine, *, max_running: int = 64, prefill_chunk: int = 2048, max_kv_tokens: int | None = None
+    ) -> None:
+        """`max_kv_tokens`: admit a request only while every running request's prompt + max_tokens
+        fits in this many tokens of KV (default: as many as the prefix cache's memory budget holds);
+        one request alone is always admitted."""
         self.engine = engine
         self.runner = engine.runner
         self.max_running = max_running
         self.prefill_chunk = prefill_chunk
+        per_token = max(1, self.runner.bytes_per_token)
+        self.max_kv_tokens = max_kv_tokens or max(engine.info.max_context, engine.radix.budget_bytes // per_token)
         self.stats = ServingStats()
         self._inbox: list[RequestHandle] = []
         self._cond = threading.Condition()
@@ -201,11 +208,16 @@ class ServingEngine:
         if self._prefilling is not None:
             budget -= self._prefill_chunk(self._prefilling, budget)
         batch: list[RequestHandle] = []
+        reserved = sum(_kv_need(s.handle.request) for s in self._rows)
         while budget > 0 and self._waiting and self._prefilling is None and len(self._rows) + len(batch) < self.max_running:
             handle = self._waiting[0]
             if handle.cancelled:
                 self._finish_unstarted(self._waiting.pop(0))
                 continue
+            need = _kv_need(handle.request)
+            if reserved and reserved + need > self.max_kv_tokens:
+                break  # waits (in order) until running requests finish and free their KV
+            reserved += need
             tail = self._uncached_tail(handle.request.prompt_ids)
             if tail <= budget:
                 batch.append(self._waiting.pop(0))
@@ -510,6 +522,11 @@ class ServingEngine:
         finally:
             radix.unpin(chain)
         radix.touch(chain[-1])
+
+
+def _kv_need(request: ServeRequest) -> int:
+    """Tokens of KV a request holds at most: its prompt and every token it may generate."""
+    return len(request.prompt_ids) + request.max_tokens
 
 
 def _pad_slots(tensor: torch.Tensor, slots: int) -> torch.Tensor:

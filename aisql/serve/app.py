@@ -61,11 +61,19 @@ class _Delta:
 
 
 class OpenAIServer:
-    def __init__(self, engine: HFEngine, model_name: str, *, max_running: int = 64, prefill_chunk: int = 2048) -> None:
+    def __init__(
+        self,
+        engine: HFEngine,
+        model_name: str,
+        *,
+        max_running: int = 64,
+        prefill_chunk: int = 2048,
+        max_kv_tokens: int | None = None,
+    ) -> None:
         self.engine = engine
         self.model_name = model_name
         self.tokenizer = engine.tokenizer
-        self.serving = ServingEngine(engine, max_running=max_running, prefill_chunk=prefill_chunk)
+        self.serving = ServingEngine(engine, max_running=max_running, prefill_chunk=prefill_chunk, max_kv_tokens=max_kv_tokens)
         self.metrics = ServerMetrics(self.serving, model_name)
         self.created = int(time.time())
         routes = [
