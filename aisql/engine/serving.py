@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 import torch
 
 from aisql.engine.hf import HFEngine
+from aisql.engine.model_runner import Row
 from aisql.engine.radix import LayerKV
+from aisql.engine.scheduler import Work
 from aisql.engine.speculative import NgramIndex, accepted_length  # drafts: engine.drafter (prompt lookup)
 
 _IDS = itertools.count(1)
@@ -241,15 +243,17 @@ class ServingEngine:
         share but the tree lacks are computed once first), store their KV, pick their first tokens."""
         engine, scheduler = self.engine, self.engine.scheduler
         prompts = [h.request.prompt_ids for h in handles]
-        reuse = engine.prefix_cache
-        chains = scheduler.admit(prompts)
-        try:
-            if reuse:
+        if engine.prefix_cache:
+            chains = scheduler.admit(prompts)
+            try:
                 engine._compute_shared(chains)
-            works = [scheduler.refresh(scheduler.leaf_work(i, p, chains[i], reuse)) for i, p in enumerate(prompts)]
-            out = engine._run(works, keep_cache=True, store=reuse)
-        finally:
-            scheduler.release(chains)
+                works = [scheduler.refresh(scheduler.leaf_work(i, p, chains[i], True)) for i, p in enumerate(prompts)]
+                out = engine._run(works, keep_cache=True, store=True)
+            finally:
+                scheduler.release(chains)
+        else:  # nothing enters the tree (not even as structure)
+            works = [Work(Row(engine.radix.root, 0, list(p)), [], i, p) for i, p in enumerate(prompts)]
+            out = engine._run(works, keep_cache=True, store=False)
         rows = torch.arange(len(works), device=self.runner.device)
         logits = self.runner.logits(out.hidden[rows, torch.tensor(out.lengths, device=self.runner.device) - 1])
         keep, sequences = [], []
