@@ -369,14 +369,17 @@ def serve(
     streaming), with cross-request prefix caching and continuous batching."""
     import uvicorn
 
-    from aisql.engine.hf import HFEngine
-    from aisql.engine.loader import load_engine
+    from aisql.engine.loader import load_resolved, resolve_model
     from aisql.serve.app import OpenAIServer
 
     options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation)
-    engine = load_engine(model, options, warn=lambda line: stderr.print(f"[yellow]note:[/yellow] {_escape(line)}"))
-    if not isinstance(engine, HFEngine):
-        raise AisqlError("aisql serve runs the embedded engine", hint="for vLLM, run `vllm serve` and query it with --model openai:NAME@URL")
+    resolved = resolve_model(model, warn=lambda line: stderr.print(f"[yellow]note:[/yellow] {_escape(line)}"))
+    if resolved.backend != "hf":  # decided before any weights load or any server is contacted
+        raise AisqlError(
+            f"aisql serve runs the embedded engine, not {resolved.name}",
+            hint="for vLLM, run `vllm serve`; a remote server already serves its model",
+        )
+    engine = load_resolved(resolved, options)
     name = served_model_name or engine.info.name
     server = OpenAIServer(engine, name, max_running=max_running, prefill_chunk=prefill_chunk, max_kv_tokens=max_kv_tokens)
     if engine.info.note:

@@ -380,3 +380,18 @@ def test_a_client_that_stops_reading_does_not_block_others(server, client):
     finally:
         slow.close()
     wait_until(lambda: server.serving.stats.cancelled > cancelled or server.serving.stats.running == 0)
+
+
+def test_aisql_serve_refuses_other_backends_before_loading():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "aisql.cli", "serve", "--model", "openai:tiny@http://127.0.0.1:9/v1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: aisql serve runs the embedded engine, not openai:tiny@http://127.0.0.1:9/v1")
+    assert "Traceback" not in done.stderr and "cannot reach" not in done.stderr

@@ -19,6 +19,7 @@ prefix cache; the openai client retries failed calls.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -191,8 +192,6 @@ class RemoteEngine(EncodesPrompts):
 
 
 def _api_key() -> str:
-    import os
-
     return os.environ.get("OPENAI_API_KEY", "unused")
 
 

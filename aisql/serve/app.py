@@ -134,7 +134,7 @@ class OpenAIServer:
 
         if parsed.sampling.stream:
             return self._stream(request, choices, parsed.sampling, response_id, kind, chunk, first=None)
-        await self._gather(request, choices, parsed.sampling)
+        await self._gather(request, choices)
         body = {
             "id": response_id,
             "object": kind,
@@ -179,7 +179,7 @@ class OpenAIServer:
 
         if parsed.sampling.stream:
             return self._stream(request, choices, parsed.sampling, response_id, kind, chunk, first=first)
-        await self._gather(request, choices, parsed.sampling)
+        await self._gather(request, choices)
         body = {
             "id": response_id,
             "object": "chat.completion",
@@ -204,7 +204,7 @@ class OpenAIServer:
     def _choices(self, prompts: list[list[int]], sampling: Sampling) -> list[_Choice]:
         context = self.engine.info.max_context
         choices = []
-        for p, prompt in enumerate(prompts):
+        for prompt in prompts:
             room = context - len(prompt)
             max_tokens = sampling.max_tokens or min(room, DEFAULT_CHAT_MAX_TOKENS)
             if room < 1 or max_tokens > room:
@@ -276,7 +276,7 @@ class OpenAIServer:
                 if choice.handle is not None and choice.finish_reason is None:
                     choice.handle.cancel()
 
-    async def _gather(self, request: Request, choices: list[_Choice], sampling: Sampling) -> None:
+    async def _gather(self, request: Request, choices: list[_Choice]) -> None:
         async for _ in self._events(request, choices):
             pass
 

@@ -87,7 +87,7 @@ def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceT
     prompt, options = read_options(raw)
     line, col = source.position_of(raw.node)
     if is_prompt_call(prompt):
-        template, args, positions = _bind_prompt(prompt, raw, source)
+        template, args, positions = _bind_prompt(prompt, source)
     else:
         nested = next((n for n in prompt.walk() if is_prompt_call(n)), None)
         if nested is not None:
@@ -117,7 +117,7 @@ def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceT
     )
 
 
-def _bind_prompt(prompt: exp.Anonymous, raw: RawAICall, source: SourceText):
+def _bind_prompt(prompt: exp.Anonymous, source: SourceText):
     """PROMPT('text {col} {0}', arg0, ...) -> (Template, argument expressions, their positions)."""
     if not prompt.expressions:
         raise BindError("PROMPT needs a template string", hint="e.g. PROMPT('Is {title} a comedy?')")
@@ -156,7 +156,7 @@ def _bind_prompt(prompt: exp.Anonymous, raw: RawAICall, source: SourceText):
             args.append(extra[ph.index])
             positions.append(source.position_of(extra[ph.index]))
         else:
-            args.append(_placeholder_column(ph, prompt, source, pos))
+            args.append(_placeholder_column(ph, prompt, pos))
             positions.append(pos)
     unused = [i for i in range(len(extra)) if i not in used_positional]
     if unused:
@@ -183,7 +183,7 @@ def _template_text(node: exp.Expression) -> str | None:
     return None
 
 
-def _placeholder_column(ph: Placeholder, prompt: exp.Expression, source: SourceText, pos) -> exp.Column:
+def _placeholder_column(ph: Placeholder, prompt: exp.Expression, pos) -> exp.Column:
     """`{alias.col}` / `{table.col}` / `{col}` -> a column reference valid in the call's scope."""
     column = exp.to_identifier(ph.column, quoted=True)
     if ph.qualifier is None:
