@@ -32,8 +32,8 @@ from aisql.engine.base import Engine
 from aisql.engine.loader import EngineOptions
 from aisql.errors import AisqlError
 from aisql.executor.answers import Answer, AnswerStore
-from aisql.executor.checkpointed import RunOptions, evaluate_checkpointed
-from aisql.executor.evaluate import OVERFLOW_MODES, prepare
+from aisql.executor.checkpointed import RunOptions, answer_texts
+from aisql.executor.evaluate import OVERFLOW_MODES
 from aisql.executor.stats import NodeStats
 from aisql.executor.tasks import Task, classify_task, generate_task, if_task
 from aisql.session import ModelSession
@@ -64,7 +64,7 @@ class AIFunctions:
         self.stats: dict[str, NodeStats] = {
             name: NodeStats(node=name, function=name, strategy="vector") for name in ("ai_if", "ai_classify", "ai_generate")
         }
-        self._seen: dict[str, set[tuple[str, str]]] = {name: set() for name in self.stats}
+        self._seen: dict[str, set[str]] = {}  # per task store key: texts asked before
         self._templates: dict[str, Template] = {}
         self._caster = duckdb.connect()  # DuckDB's own CAST(... AS VARCHAR), as the planner renders values
         self._caster_lock = threading.Lock()
@@ -116,49 +116,31 @@ class AIFunctions:
         started = time.perf_counter()
         stats = self.stats[function]
         stats.rows_in += len(rows)
-        stats.prompts_total += len(rows)
-        by_task: dict[Task, dict[str, None]] = {}
+        by_task: dict[Task, dict[str, int]] = {}
         for task, text in rows:
-            by_task.setdefault(task, {})[text] = None
-        fingerprint = self.session.fingerprint()
-        answers: dict[tuple[Task, str], Answer] = {}
-        for task, texts in by_task.items():
-            key = task.store_key(fingerprint)
-            seen = self._seen[function]
-            new = [t for t in texts if (key, t) not in seen]
-            seen.update((key, t) for t in new)
-            stats.prompts_unique += len(new)
-            known = self.session.store.get_many(key, list(texts))
-            stats.prompts_cached += sum(1 for t in new if t in known)
-            todo = [t for t in texts if t not in known]
-            if todo:
-                self._evaluate(function, task, key, todo, known, cached=len(texts) - len(todo))
-            for text in texts:
-                answers[(task, text)] = known[text]
-        for task, text in rows:
-            stats.logical_tokens += answers[(task, text)].cost
-        stats.wall_s += time.perf_counter() - started
-        return [answers[(task, text)].value for task, text in rows]
-
-    def _evaluate(self, function: str, task: Task, key: str, todo: list[str], known: dict[str, Answer], cached: int) -> None:
+            counts = by_task.setdefault(task, {})
+            counts[text] = counts.get(text, 0) + 1
         session = self.session
-        try:
-            with session.lock:
-                items = prepare(session.engine, task, todo, on_overflow=self.options.on_overflow)
-            evaluate_checkpointed(
-                lambda: session.engine,
-                session.lock,
-                task,
-                items,
-                store=session.store,
-                key=key,
-                options=self.options,
-                stats=self.stats[function],
-                progress=(function, function, cached),
-                known=known,
-            )
-        except AisqlError as err:
-            raise UdfError(f"{function}: {err.message}") from None
+        answers: dict[Task, dict[str, Answer]] = {}
+        for task, counts in by_task.items():
+            key = task.store_key(session.fingerprint())
+            try:
+                answers[task] = answer_texts(
+                    counts,
+                    task,
+                    key,
+                    engine=lambda: session.engine,
+                    lock=session.lock,
+                    store=session.store,
+                    options=self.options,
+                    stats=stats,
+                    seen=self._seen.setdefault(key, set()),
+                    progress=(function, function),
+                )
+            except AisqlError as err:
+                raise UdfError(f"{function}: {err.message}") from None
+        stats.wall_s += time.perf_counter() - started
+        return [answers[task][text].value for task, text in rows]
 
     # ---- prompt() helpers -------------------------------------------------------------------
     def _template(self, text: str, given: int) -> Template:

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 from aisql.engine.base import Engine
 from aisql.executor.answers import Answer, AnswerStore
 from aisql.executor.budget import Budget
-from aisql.executor.evaluate import Prepared, run
+from aisql.executor.evaluate import Prepared, prepare, run
 from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.stats import NodeStats
 from aisql.executor.tasks import Task
@@ -82,3 +82,48 @@ def evaluate_checkpointed(
             size = max(1, min(options.checkpoint_every, int(rate * options.checkpoint_seconds)))
     finally:
         options.progress.finish(node_id)
+
+
+def answer_texts(
+    counts: dict[str, int],
+    task: Task,
+    key: str,
+    *,
+    engine: Callable[[], Engine],
+    lock: threading.RLock,
+    store: AnswerStore,
+    options: RunOptions,
+    stats: NodeStats,
+    seen: set[str],
+    progress: tuple[str, str],
+    group_by: Callable[[str], tuple] | None = None,
+) -> dict[str, Answer]:
+    """Answers for the distinct prompt texts of one task (`counts`: text -> rows asking it): the
+    result cache first, the rest evaluated in prefix order (within `group_by` groups) with
+    checkpoints. Counts prompts (total, new to this caller's `seen`, cached) and logical tokens
+    into `stats`. Shared by planned AI nodes and the DuckDB functions of aisql.udfs."""
+    stats.prompts_total += sum(counts.values())
+    new = [t for t in counts if t not in seen]
+    stats.prompts_unique += len(new)
+    seen.update(new)
+    known = store.get_many(key, list(counts))
+    stats.prompts_cached += sum(1 for t in new if t in known)
+    todo = [t for t in counts if t not in known]
+    if todo:
+        with lock:
+            items = prepare(engine(), task, todo, group_by=group_by, on_overflow=options.on_overflow)
+        evaluate_checkpointed(
+            engine,
+            lock,
+            task,
+            items,
+            store=store,
+            key=key,
+            options=options,
+            stats=stats,
+            progress=(*progress, len(counts) - len(todo)),
+            known=known,
+        )
+    for text, count in counts.items():
+        stats.logical_tokens += count * known[text].cost
+    return known

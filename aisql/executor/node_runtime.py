@@ -17,10 +17,10 @@ import duckdb
 
 from aisql.engine.base import Engine
 from aisql.errors import AisqlError
-from aisql.executor.answers import Answer, AnswerStore
+from aisql.executor.answers import AnswerStore
 from aisql.executor.budget import BudgetExceeded
-from aisql.executor.checkpointed import RunOptions, evaluate_checkpointed
-from aisql.executor.evaluate import evaluate, prepare
+from aisql.executor.checkpointed import RunOptions, answer_texts
+from aisql.executor.evaluate import evaluate
 from aisql.executor.prompts import PromptSet
 from aisql.executor.stats import NodeStats
 from aisql.executor.tasks import Task, task_for
@@ -95,42 +95,26 @@ class NodeRuntime:
 
     def _answer(self, prompts: PromptSet) -> None:
         """Fill self.values for every tuple of `prompts`, asking the model only for new texts."""
-        self.stats.prompts_total += prompts.prompts_total
-        new_texts = [t for t in prompts.counts if t not in self.seen_texts]
-        self.stats.prompts_unique += len(new_texts)
-        self.seen_texts.update(new_texts)
-        key = self.store_key
-        known: dict[str, Answer] = self.store.get_many(key, list(prompts.counts))
-        todo = [t for t in prompts.counts if t not in known]
-        self.stats.prompts_cached += sum(1 for t in new_texts if t in known)
-        if todo:
-            self._evaluate(key, todo, self._anchor_groups(prompts), known, cached=len(prompts.counts) - len(todo))
-        for text, count in prompts.counts.items():
-            self.stats.logical_tokens += count * known[text].cost
-        for values, text in prompts.text_of.items():
-            self.values[values] = known[text].value
-
-    def _evaluate(self, key: str, todo: list[str], group_by, known: dict[str, Answer], cached: int) -> None:
-        """Evaluate in chunks in prefix order, each chunk committed before the next starts."""
         try:
-            with self.lock:
-                items = prepare(self.engine, self.task, todo, group_by=group_by, on_overflow=self.options.on_overflow)
-            evaluate_checkpointed(
-                lambda: self.engine,
-                self.lock,
+            known = answer_texts(
+                prompts.counts,
                 self.task,
-                items,
+                self.store_key,
+                engine=lambda: self.engine,
+                lock=self.lock,
                 store=self.store,
-                key=key,
                 options=self.options,
                 stats=self.stats,
-                progress=(self.node.id, self.call.describe(), cached),
-                known=known,
+                seen=self.seen_texts,
+                progress=(self.node.id, self.call.describe()),
+                group_by=self._anchor_groups(prompts),
             )
         except BudgetExceeded:
             raise
         except AisqlError as err:
             raise self._located(err) from None
+        for values, text in prompts.text_of.items():
+            self.values[values] = known[text].value
 
     def _anchor_groups(self, prompts: PromptSet):
         """An AI join anchored on a table that is not the prompt's leading part: evaluate its
