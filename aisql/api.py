@@ -22,7 +22,7 @@ import duckdb
 import pyarrow as pa
 
 from aisql.engine.base import Engine
-from aisql.engine.loader import EngineOptions, ResolvedModel, resolve_model_spec
+from aisql.engine.loader import ResolvedModel, resolve_model_spec
 from aisql.errors import AisqlError, DataError
 from aisql.executor.answers import AnswerStore
 from aisql.executor.budget import Budget
@@ -99,24 +99,18 @@ class Connection:
         self,
         database: str | None = None,
         *,
-        model: str | None = None,
-        engine: Engine | None = None,
-        engine_options: EngineOptions = EngineOptions(),
-        cache: bool | str | os.PathLike = True,
-        store: AnswerStore | None = None,
-        warn: Callable[[str], None] | None = None,
         session: ModelSession | None = None,
+        warn: Callable[[str], None] | None = None,
+        **model_options,
     ) -> None:
-        """`cache`: True keeps answers in the default result cache (aisql.executor.cache), a path
-        keeps them there, False only for this connection's life. `store` overrides it. `session`
-        shares another connection's (or `aisql.register`'s) model, KV cache and result cache."""
+        """`model_options` open this connection's model session (aisql.session.ModelSession:
+        model, engine, engine_options, cache, store); `session` shares another connection's (or
+        `aisql.register`'s) model, KV cache and result cache instead."""
         try:
             self.duckdb = duckdb.connect(database or ":memory:")
         except duckdb.Error as err:
             raise DataError(f"cannot open database {database}: {str(err).splitlines()[0]}") from None
-        self.session = session or ModelSession(
-            model, engine=engine, engine_options=engine_options, cache=cache, store=store, warn=warn
-        )
+        self.session = session or ModelSession(warn=warn, **model_options)
         self._warn = warn
         self.last_result: QueryResult | None = None  # of the last .sql() call
 
@@ -328,9 +322,9 @@ class Connection:
 
 
 def connect(database: str | None = None, *, model: str | None = None, **options) -> Connection:
-    """Open an aisql connection (in-memory DuckDB unless `database` names a file)."""
-    engine_options = EngineOptions(**{k: options.pop(k) for k in list(options) if k in EngineOptions.__dataclass_fields__})
-    return Connection(database, model=model, engine_options=engine_options, **options)
+    """Open an aisql connection (in-memory DuckDB unless `database` names a file). `options`: engine
+    options (device, kv_budget, quantize, ...) and session options (engine, cache, store, warn)."""
+    return Connection(database, session=ModelSession.from_options(model, **options), warn=options.get("warn"))
 
 
 def file_scan_sql(path: str | os.PathLike) -> str:

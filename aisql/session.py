@@ -50,6 +50,15 @@ class ModelSession:
         self._resolved: ResolvedModel | None = None
         self._fingerprint: str | None = None
 
+    @classmethod
+    def from_options(cls, model: str | None = None, **options) -> ModelSession:
+        """Engine options (EngineOptions' fields: device, kv_budget, quantize, ...) and session
+        options (engine, cache, store, warn) as one flat set of keywords, as aisql.connect and
+        aisql.register take them."""
+        fields = EngineOptions.__dataclass_fields__
+        engine_options = EngineOptions(**{k: options.pop(k) for k in list(options) if k in fields})
+        return cls(model, engine_options=engine_options, **options)
+
     @property
     def loaded(self) -> bool:
         return self._engine is not None

@@ -29,7 +29,6 @@ import duckdb
 import pyarrow as pa
 
 from aisql.engine.base import Engine
-from aisql.engine.loader import EngineOptions
 from aisql.errors import AisqlError
 from aisql.executor.answers import Answer, AnswerStore
 from aisql.executor.checkpointed import RunOptions, answer_texts
@@ -195,7 +194,7 @@ def register(
     if on_overflow not in OVERFLOW_MODES:
         raise AisqlError(f"unknown on_overflow mode {on_overflow!r}", hint="use error or truncate")
     if session is None:
-        session = ModelSession(model, engine=engine, engine_options=EngineOptions(**engine_options), cache=cache, store=store)
+        session = ModelSession.from_options(model, engine=engine, cache=cache, store=store, **engine_options)
     options = RunOptions(checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds, on_overflow=on_overflow)
     functions = AIFunctions(session, options)
     varchar, boolean = duckdb.sqltype("VARCHAR"), duckdb.sqltype("BOOLEAN")
