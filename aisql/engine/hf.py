@@ -58,7 +58,7 @@ class HFEngine(EncodesPrompts):
         # Where drafts come from: prompt lookup by default (tests inject an oracle here).
         self.drafter = lambda tokens: NgramIndex(self.speculation, tokens)
         self.stop_ids = _stop_ids(model, tokenizer)
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()  # one batch call or serving iteration at a time
         self._claims: dict = {}
 
     def facts(self) -> ModelFacts:
@@ -66,7 +66,7 @@ class HFEngine(EncodesPrompts):
 
     def reset_cache(self) -> None:
         """Forget every cached prefix and its history (KV, structure, regret bookkeeping)."""
-        with self._lock:
+        with self.lock:
             old = self.radix
             self.radix = RadixCache(old.budget_bytes, old.bytes_per_token, old.recompute_cost)
             self.radix.stats = old.stats  # counters are cumulative over the engine's life
@@ -91,7 +91,7 @@ class HFEngine(EncodesPrompts):
     def _admitted(self, requests: Sequence, reuse: bool):
         """Admit the call's prompts into the tree; yield their works in windows (prefix order
         between windows, shortest tails first inside one)."""
-        with self._lock, torch.inference_mode():
+        with self.lock, torch.inference_mode():
             reuse = reuse and self.prefix_cache
             chains = self.scheduler.admit([r.prompt_ids for r in requests])
             self._claims = dict(enumerate(chains))  # requests whose batch has not finished yet
@@ -101,7 +101,7 @@ class HFEngine(EncodesPrompts):
             finally:
                 self.scheduler.release(list(self._claims.values()))  # after an error too
                 self._claims = {}
-                self._sync_cache_stats()
+                self.sync_cache_stats()
 
     def _release(self, batch: list[Work]) -> None:
         """The batch's requests are done: their prefixes no longer count as needed by this call."""
@@ -113,11 +113,11 @@ class HFEngine(EncodesPrompts):
         requests arrive in prefix order, so with a budget smaller than the whole tree a group's
         prefix is still in the cache when its rows run."""
         if reuse:
-            self._compute_shared([w.chain for w in window])
+            self.compute_shared([w.chain for w in window])
 
     def _score_batch(self, batch: list[Work], requests: list[ScoreRequest], reuse: bool) -> list[LabelScores]:
         needs_tail = any(len(label) > 1 for r in requests for label in r.label_ids)
-        out = self._run(batch, keep_cache=needs_tail or reuse, store=reuse)
+        out = self.run_rows(batch, keep_cache=needs_tail or reuse, store=reuse)
         rows = torch.arange(len(batch), device=self.device)
         last = out.hidden[rows, torch.tensor(out.lengths, device=self.device) - 1]
 
@@ -167,9 +167,7 @@ class HFEngine(EncodesPrompts):
         return tails
 
     # ---- generation ------------------------------------------------------------------------
-    def generate(
-        self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True
-    ) -> list[Generation]:
+    def generate(self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
         with self._admitted(requests, reuse) as (windows, reuse):
             for window in windows:
@@ -187,7 +185,7 @@ class HFEngine(EncodesPrompts):
     def _generate_batch(
         self, batch: list[Work], requests: list[GenerateRequest], reuse: bool, speculative: bool
     ) -> list[Generation]:
-        out = self._run(batch, keep_cache=True, store=reuse)
+        out = self.run_rows(batch, keep_cache=True, store=reuse)
         cache, mask = out.cache, out.mask
         rows = torch.arange(len(batch), device=self.device)
         last = out.hidden[rows, torch.tensor(out.lengths, device=self.device) - 1]
@@ -271,7 +269,7 @@ class HFEngine(EncodesPrompts):
         ]
 
     # ---- shared mechanics ------------------------------------------------------------------
-    def _compute_shared(self, chains) -> None:
+    def compute_shared(self, chains) -> None:
         """Compute and store the uncached prefixes shared by two or more of the call's requests
         along `chains`, top-down."""
         for level in self.scheduler.shared_levels(chains):
@@ -279,9 +277,9 @@ class HFEngine(EncodesPrompts):
             for batch in self.scheduler.batches(level):
                 batch = [w for w in map(self.scheduler.refresh, batch) if w is not None]
                 if batch:
-                    self._run(batch, keep_cache=True, store=True, requests=False)
+                    self.run_rows(batch, keep_cache=True, store=True, requests=False)
 
-    def _run(self, batch: list[Work], keep_cache: bool, store: bool, requests: bool = True) -> BatchOutput:
+    def run_rows(self, batch: list[Work], keep_cache: bool, store: bool, requests: bool = True) -> BatchOutput:
         """One forward pass over the batch's rows, storing the KV of the nodes they computed.
 
         The caller refreshes `batch` first (`Scheduler.refresh`), so every prefix it reads is
@@ -309,7 +307,7 @@ class HFEngine(EncodesPrompts):
         finally:
             self.radix.unpin(prefixes)
 
-    def _sync_cache_stats(self) -> None:
+    def sync_cache_stats(self) -> None:
         stats = self.radix.stats
         self.stats.kv_regret_tokens = stats.regret_tokens
         self.stats.kv_evicted_bytes = stats.evicted_bytes

@@ -124,7 +124,9 @@ class ModelRunner:
         if len(distinct) == 1 and all(row.prefix_len == width for row in rows):
             (prefix,) = distinct.values()
             for layer, (k, v) in enumerate(prefix):
-                self._seed(cache, layer, k.unsqueeze(0).expand(len(rows), -1, -1, -1), v.unsqueeze(0).expand(len(rows), -1, -1, -1))
+                self.seed_layer(
+                    cache, layer, k.unsqueeze(0).expand(len(rows), -1, -1, -1), v.unsqueeze(0).expand(len(rows), -1, -1, -1)
+                )
             return
         keys_order = list(distinct)
         which = torch.tensor(
@@ -137,10 +139,10 @@ class ModelRunner:
                 k, v = distinct[key][layer]
                 keys[i, :, : k.shape[1]] = k
                 values[i, :, : v.shape[1]] = v
-            self._seed(cache, layer, keys[which], values[which])
+            self.seed_layer(cache, layer, keys[which], values[which])
 
     @staticmethod
-    def _seed(cache, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+    def seed_layer(cache, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Start a layer of an empty cache with these tensors, without copying them (the first
         `update` would concatenate them onto an empty tensor)."""
         target = cache.layers[layer] if layer < len(getattr(cache, "layers", [])) else None
@@ -163,10 +165,7 @@ class ModelRunner:
         """Cloned KV of row `row`'s new tokens [start, end) (relative to the row's new tokens)."""
         first = out.prefix_width + start
         last = out.prefix_width + end
-        return [
-            (layer.keys[row, :, first:last].clone(), layer.values[row, :, first:last].clone())
-            for layer in out.cache.layers
-        ]
+        return [(layer.keys[row, :, first:last].clone(), layer.values[row, :, first:last].clone()) for layer in out.cache.layers]
 
     # ---- output head -----------------------------------------------------------------------
     def label_logits(self, hidden: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:

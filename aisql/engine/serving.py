@@ -185,12 +185,12 @@ class ServingEngine:
                 self._waiting.extend(self._inbox)
                 self._inbox.clear()
             try:
-                with self.engine._lock, torch.inference_mode():
+                with self.engine.lock, torch.inference_mode():
                     self._retire_cancelled()
                     self._prefill_some()
                     if self._rows:
                         self._decode_pass()
-                    self.engine._sync_cache_stats()
+                    self.engine.sync_cache_stats()
             except Exception as err:  # noqa: BLE001 - every request in flight learns why, the loop goes on
                 self._fail_all(f"{type(err).__name__}: {err}")
             self.stats.running, self.stats.waiting = len(self._rows), len(self._waiting) + (self._prefilling is not None)
@@ -246,14 +246,14 @@ class ServingEngine:
         if engine.prefix_cache:
             chains = scheduler.admit(prompts)
             try:
-                engine._compute_shared(chains)
+                engine.compute_shared(chains)
                 works = [scheduler.refresh(scheduler.leaf_work(i, p, chains[i], True)) for i, p in enumerate(prompts)]
-                out = engine._run(works, keep_cache=True, store=True)
+                out = engine.run_rows(works, keep_cache=True, store=True)
             finally:
                 scheduler.release(chains)
         else:  # nothing enters the tree (not even as structure)
             works = [Work(Row(engine.radix.root, 0, list(p)), [], i, p) for i, p in enumerate(prompts)]
-            out = engine._run(works, keep_cache=True, store=False)
+            out = engine.run_rows(works, keep_cache=True, store=False)
         rows = torch.arange(len(works), device=self.runner.device)
         logits = self.runner.logits(out.hidden[rows, torch.tensor(out.lengths, device=self.runner.device) - 1])
         keep, sequences = [], []
@@ -304,7 +304,7 @@ class ServingEngine:
             cached = min(length, len(prompt) - 1)
             if cached:
                 for layer, (k, v) in enumerate(self.engine.radix.gather(node, cached)):
-                    self.runner._seed(cache, layer, k.unsqueeze(0), v.unsqueeze(0))  # gather made new tensors
+                    self.runner.seed_layer(cache, layer, k.unsqueeze(0), v.unsqueeze(0))  # gather made new tensors
                 self.engine.radix.touch(node)
         self.engine.stats.kv_hit_tokens += cached
         self.stats.prefix_hit_tokens += cached
@@ -356,7 +356,7 @@ class ServingEngine:
         for index, (old, new) in enumerate(zip(self._cache.layers, cache.layers)):
             keys = torch.cat([_pad_slots(old.keys, slots), _pad_slots(new.keys, slots)], dim=0)
             values = torch.cat([_pad_slots(old.values, slots), _pad_slots(new.values, slots)], dim=0)
-            self.runner._seed(merged, index, keys, values)
+            self.runner.seed_layer(merged, index, keys, values)
         self._mask = torch.cat([_pad_slots(self._mask, slots), _pad_slots(mask, slots)], dim=0)
         self._cache = merged
         self._rows.extend(sequences)
