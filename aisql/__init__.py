@@ -9,6 +9,6 @@ __version__ = "0.1.0"
 
 from aisql.api import Connection, QueryResult, connect  # noqa: E402
 from aisql.errors import AisqlError  # noqa: E402
-from aisql.udfs import AIFunctions, register  # noqa: E402
+from aisql.duckdb_functions import DuckDBFunctions, register  # noqa: E402
 
-__all__ = ["AIFunctions", "AisqlError", "Connection", "QueryResult", "__version__", "connect", "register"]
+__all__ = ["AisqlError", "Connection", "QueryResult", "__version__", "connect", "register"]

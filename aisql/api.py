@@ -31,9 +31,8 @@ from aisql.executor.node_runtime import RunOptions
 from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.run import Executor
 from aisql.executor.sampling import SampleEvaluator
-from aisql.executor.statistics import RunStatistics
-from aisql.executor.stats import RunStats
-from aisql.executor.tasks import task_for
+from aisql.executor.measured_statistics import MeasuredStatistics
+from aisql.executor.run_stats import RunStats
 from aisql.planner import Plan, plan_statement
 from aisql.planner.cost import PlanEstimate, estimate_plan
 from aisql.planner.explain import plan_to_dict, plans_tree
@@ -207,7 +206,7 @@ class Connection:
             executor.check(bound, source)
             stats = None
             if bound.has_ai and not naive:
-                stats = RunStatistics(self.duckdb, lambda: self.engine.facts(), sampler=samples)
+                stats = MeasuredStatistics(self.duckdb, lambda: self.engine.facts(), sampler=samples)
             if budget is not None and stats is not None:
                 # First against an estimate that runs no model (not even selectivity samples),
                 # then against the sampled plan that will run.
@@ -243,12 +242,12 @@ class Connection:
 
     def register_functions(self, con: duckdb.DuckDBPyConnection | None = None, **options):
         """Put ai_if, ai_classify, ai_generate and prompt on `con` (default: this connection's
-        DuckDB), sharing this connection's model, KV cache and result cache (see aisql.udfs)."""
-        from aisql.udfs import register
+        DuckDB), sharing this connection's model, KV cache and result cache (see aisql.duckdb_functions)."""
+        from aisql.duckdb_functions import register
 
         return register(self.duckdb if con is None else con, session=self.session, **options)
 
-    def _check_budget(self, plan: Plan, stats: RunStatistics, profile: Hardware, budget: Budget, where: str) -> None:
+    def _check_budget(self, plan: Plan, stats: MeasuredStatistics, profile: Hardware, budget: Budget, where: str) -> None:
         """The planner's estimate of new work — its prompts less the share a sample finds in the
         result cache — must fit what is left of the budget."""
         estimate = estimate_plan(plan, stats, profile)
@@ -262,12 +261,12 @@ class Connection:
             usd += node_estimate.plan.usd * new_share
         budget.check_estimate(prompts, usd, where)
 
-    def _cached_share(self, node, stats: RunStatistics, size: int = 64) -> float:
+    def _cached_share(self, node, stats: MeasuredStatistics, size: int = 64) -> float:
         sample = stats.sample(node, size)
         if not sample:
             return 0.0
         texts = [node.call.template.render(values) for values, _ in sample]
-        found = self.store.get_many(task_for(node.call).store_key(self.fingerprint()), texts)
+        found = self.store.get_many(node.call.task.store_key(self.fingerprint()), texts)
         return len(found) / len(texts)
 
     def explain(
@@ -291,7 +290,7 @@ class Connection:
             return facts_cache[0]
 
         sampler = SampleEvaluator(lambda: self.engine, self.store, self.fingerprint) if sample else None
-        stats = RunStatistics(self.duckdb, facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0)
+        stats = MeasuredStatistics(self.duckdb, facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0)
         profile = hardware_profile(hardware, price_per_hour)
         plans = [plan_statement(bound, stats) for bound in statements]
         has_ai = any(p.nodes for p in plans)

@@ -190,15 +190,14 @@ class OrderRecorder:
 
 def test_prompts_run_depth_first_over_their_prefix_tree_and_grouped_by_a_hinted_anchor():
     from aisql.executor.evaluate import evaluate
-    from aisql.executor.tasks import Task
-    from aisql.sql.calls import AIKind
+    from aisql.functions import Task, by_name
 
     texts = ["b2 y", "a1 x", "b1 x", "a2 y", "a1 y", "b2 x"]
     engine = OrderRecorder()
-    evaluate(engine, Task(AIKind.IF, "i", ("TRUE", "FALSE")), texts)
+    evaluate(engine, Task(by_name("IF"), "i", ("TRUE", "FALSE")), texts)
     assert engine.order == sorted(texts)  # shared prefixes adjacent
     engine = OrderRecorder()
-    evaluate(engine, Task(AIKind.IF, "i", ("TRUE", "FALSE")), texts, group_by=lambda t: t[-1])
+    evaluate(engine, Task(by_name("IF"), "i", ("TRUE", "FALSE")), texts, group_by=lambda t: t[-1])
     assert engine.order == ["a1 x", "b1 x", "b2 x", "a1 y", "a2 y", "b2 y"]  # outer loop: the anchor
 
 

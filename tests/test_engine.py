@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aisql.engine import EngineOptions, GenerateRequest, ScoreRequest, load_engine
-from aisql.executor.tasks import IF_INSTRUCTION
+from aisql.functions.ai_if import INSTRUCTION as IF_INSTRUCTION
 
 TEXTS = [
     "Maria, 67, is a university student of biology. She might buy a tent.",

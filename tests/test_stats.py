@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from conftest import EXAMPLES
 
 from aisql.cli import main
-from aisql.executor.tasks import IF_INSTRUCTION, task_for
+from aisql.functions.ai_if import INSTRUCTION as IF_INSTRUCTION
 from aisql.sql import SourceText, bind_statement, parse_script
 
 
@@ -81,7 +81,7 @@ def test_dedup_counts_with_repeated_values(make_connection, tiny_engine):
     reviews = [r[0] for r in duckdb.connect().execute(f"SELECT review FROM read_csv_auto('{EXAMPLES}/data/reviews.csv')").fetchall()]
     source = SourceText(sql)
     (call,) = bind_statement(parse_script(source)[0], source, "__x_").calls
-    task = task_for(call)
+    task = call.task
     labels = [tiny_engine.encode_label(l) for l in task.labels]
     tails = sum(len(l) - 1 for l in labels)
     cost = {t: len(tiny_engine.encode_prompt(task.instruction, t)) + tails for t in set(reviews)}

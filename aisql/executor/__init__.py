@@ -2,6 +2,6 @@
 
 from aisql.executor.answers import Answer, AnswerStore, MemoryAnswerStore
 from aisql.executor.run import Executor, StatementResult
-from aisql.executor.stats import NodeStats, RunStats
+from aisql.executor.run_stats import NodeStats, RunStats
 
 __all__ = ["Answer", "AnswerStore", "Executor", "MemoryAnswerStore", "NodeStats", "RunStats", "StatementResult"]

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 from aisql.engine.base import Engine, GenerateRequest, ScoreRequest
 from aisql.errors import ModelError
 from aisql.executor.answers import Answer
-from aisql.executor.tasks import Task
+from aisql.functions import Request, Task
 
 OVERFLOW_MODES = ("error", "truncate")
 
@@ -44,7 +44,7 @@ def prepare(
     if not texts:
         return []
     ids = engine.encode_prompts(task.instruction, list(texts))
-    label_ids = tuple(engine.encode_label(label) for label in task.labels) if task.scores_labels else ()
+    label_ids = tuple(engine.encode_label(label) for label in task.labels) if task.request is Request.SCORE else ()
     items = [_fit(engine, task, text, prompt, label_ids, on_overflow) for text, prompt in zip(texts, ids)]
     if group_by is None:
         return sorted(items, key=lambda p: p.ids)
@@ -56,20 +56,22 @@ def run(engine: Engine, task: Task, items: Sequence[Prepared], *, naive: bool = 
     if not items:
         return {}
     answers: dict[str, Answer] = {}
-    if task.scores_labels:
+    function = task.function
+    if task.request is Request.SCORE:
         label_ids = tuple(engine.encode_label(label) for label in task.labels)
         requests = [ScoreRequest(p.ids, label_ids) for p in items]
         for item, request, scores in zip(items, requests, engine.score(requests, reuse=not naive)):
-            best = scores.best
             answers[item.text] = Answer(
-                value=task.value_of_label(best), cost=request.standalone_tokens(), score=math.exp(scores.logprobs[best])
+                value=function.value_from_scores(task, scores.logprobs),
+                cost=request.standalone_tokens(),
+                score=math.exp(scores.logprobs[scores.best]),
             )
     else:
         room = engine.info.max_context
         requests = [GenerateRequest(p.ids, min(task.max_tokens or 1, room - len(p.ids))) for p in items]
         generations = engine.generate(requests, reuse=not naive, speculative=not naive)
         for item, request, generation in zip(items, requests, generations):
-            answers[item.text] = Answer(value=generation.text, cost=generation.standalone_tokens(request))
+            answers[item.text] = Answer(value=function.value_from_text(task, generation.text), cost=generation.standalone_tokens(request))
     return answers
 
 

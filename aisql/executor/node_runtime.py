@@ -19,11 +19,11 @@ from aisql.engine.base import Engine
 from aisql.errors import AisqlError
 from aisql.executor.answers import AnswerStore
 from aisql.executor.budget import BudgetExceeded
-from aisql.executor.checkpointed import RunOptions, answer_texts
+from aisql.executor.answering import RunOptions, answer_texts
 from aisql.executor.evaluate import evaluate
 from aisql.executor.prompts import PromptSet
-from aisql.executor.stats import NodeStats
-from aisql.executor.tasks import Task, task_for
+from aisql.executor.run_stats import NodeStats
+from aisql.functions import Task
 from aisql.planner.plan import AINode, Strategy
 
 
@@ -39,7 +39,7 @@ class NodeRuntime:
     ) -> None:
         self.node = node
         self.call = node.call
-        self.task: Task = task_for(node.call)
+        self.task: Task = node.call.task
         self._engine = engine
         self.store = store
         self.lock = lock

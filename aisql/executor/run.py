@@ -17,11 +17,11 @@ import pyarrow as pa
 from sqlglot import exp
 
 from aisql.engine.base import Engine
-from aisql.executor import udf
+from aisql.executor import bound_calls
 from aisql.executor.answers import AnswerStore
 from aisql.executor.duckdb_errors import translate
 from aisql.executor.node_runtime import NodeRuntime, RunOptions
-from aisql.executor.stats import NodeStats
+from aisql.executor.run_stats import NodeStats
 from aisql.planner.plan import Plan, Strategy
 from aisql.sql.bind import BoundStatement
 from aisql.sql.source import SourceText
@@ -60,22 +60,22 @@ class Executor:
         are registered as functions that must not be called."""
         if not bound.has_ai:
             return
-        errors = udf.UdfErrors()
+        errors = bound_calls.UdfErrors()
         for call in bound.calls:
-            udf.register_placeholder(self.con, call, errors)
+            bound_calls.register_placeholder(self.con, call, errors)
         try:
             self._duckdb(lambda: _bind_check(self.con, bound.ast), bound, source, errors)
         finally:
             for call in bound.calls:
-                udf.remove(self.con, call.function_name)
+                bound_calls.remove(self.con, call.function_name)
 
     def run(self, plan: Plan, bound: BoundStatement, source: SourceText, samples=None) -> StatementResult:
         if plan.is_relational_only:
             return StatementResult(self._duckdb(lambda: _fetch(self.con.sql(plan.final_sql)), bound, source), [])
-        errors = udf.UdfErrors()
+        errors = bound_calls.UdfErrors()
         runtimes = [NodeRuntime(node, self.engine, self.store, self.lock, self.namespace, self.options) for node in plan.nodes]
         for runtime in runtimes:
-            udf.register(self.con, runtime, self.naive, errors)
+            bound_calls.register(self.con, runtime, self.naive, errors)
         try:
             self._duckdb(lambda: _bind_check(self.con, plan.final_ast), bound, source, errors)
             if not self.naive:
@@ -85,7 +85,7 @@ class Executor:
             table = self._duckdb(lambda: _fetch(self.con.sql(plan.final_sql)), bound, source, errors)
         finally:
             for runtime in runtimes:
-                udf.unregister(self.con, runtime)
+                bound_calls.unregister(self.con, runtime)
         for runtime in runtimes:
             if self.naive:
                 runtime.stats.strategy = "naive"
@@ -94,7 +94,7 @@ class Executor:
                 runtime.stats.add_engine(samples.work[runtime.node.id])
         return StatementResult(table, [r.stats for r in runtimes])
 
-    def _prefetch(self, runtime: NodeRuntime, bound: BoundStatement, source: SourceText, errors: udf.UdfErrors) -> None:
+    def _prefetch(self, runtime: NodeRuntime, bound: BoundStatement, source: SourceText, errors: bound_calls.UdfErrors) -> None:
         """Evaluate a node's input up front; if DuckDB cannot bind the derived input (the final
         statement did bind), the node streams instead: slower, never wrong."""
         try:
@@ -108,7 +108,7 @@ class Executor:
                 raise errors.first from None
             raise translate(err, bound, source) from None
 
-    def _duckdb(self, action, bound: BoundStatement, source: SourceText, errors: udf.UdfErrors | None = None):
+    def _duckdb(self, action, bound: BoundStatement, source: SourceText, errors: bound_calls.UdfErrors | None = None):
         try:
             return action()
         except duckdb.Error as err:

@@ -13,7 +13,6 @@ from aisql.engine.base import Engine, EngineStats
 from aisql.executor.answers import AnswerStore
 from aisql.executor.budget import Budget
 from aisql.executor.evaluate import ContextOverflow, evaluate
-from aisql.executor.tasks import task_for
 from aisql.planner.plan import AINode
 
 
@@ -37,7 +36,7 @@ class SampleEvaluator:
     def __call__(self, node: AINode, tuples: list[tuple]) -> list | None:
         """The node's values for `tuples`; None when the budget does not allow the sample (the
         planner then assumes a default selectivity)."""
-        task = task_for(node.call)
+        task = node.call.task
         key = task.store_key(self._namespace())
         texts = [node.call.template.render(values) for values in tuples]
         known = self.store.get_many(key, texts)

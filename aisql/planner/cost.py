@@ -20,9 +20,8 @@ import math
 from dataclasses import asdict, astuple, dataclass, field
 
 from aisql.planner.hardware import Hardware
-from aisql.planner.plan import AINode, Plan
+from aisql.planner.plan import AINode, NodeRole, Plan
 from aisql.planner.statistics import InputProfile, ModelProfile, Selectivity, Statistics, TokenProfile
-from aisql.sql.calls import AIKind
 
 BATCH_TOKENS = 16384  # tokens per planned forward pass (the engine's default budget on CPU)
 DECODE_BATCH = 64
@@ -89,7 +88,7 @@ class PlanEstimate:
 
 def filters_rows(node: AINode) -> bool:
     """Does the node drop rows through its TRUE/FALSE answer (an AI.IF in WHERE or ON)?"""
-    return node.call.kind is AIKind.IF and node.role.value in ("AIFilter", "AIJoin")
+    return node.call.function.is_predicate and node.role in (NodeRole.FILTER, NodeRole.JOIN)
 
 
 def reduction(q: AINode, p: AINode, stats: Statistics) -> float:
@@ -116,7 +115,7 @@ def leading_key(node: AINode) -> tuple:
     """Nodes with equal keys share their prompts' beginning up to the first argument's value:
     same task (so the same instruction), same static prefix, same first argument."""
     call = node.call
-    return (call.kind, call.labels, call.max_tokens, call.template.static_prefix, call.args[0].sql() if call.args else "")
+    return (call.task, call.template.static_prefix, call.args[0].sql() if call.args else "")
 
 
 def computed_tokens(

@@ -1,14 +1,13 @@
 """Front end: SQL text -> statements with bound AI calls. Knows SQL, never models."""
 
 from aisql.sql.bind import BoundStatement, bind_statement
-from aisql.sql.calls import AICall, AIKind
+from aisql.sql.calls import AICall
 from aisql.sql.parse import Statement, parse_script
 from aisql.sql.source import SourceText
 from aisql.sql.template import Template, parse_template
 
 __all__ = [
     "AICall",
-    "AIKind",
     "BoundStatement",
     "SourceText",
     "Statement",

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from aisql.errors import AisqlError, BindError, TemplateError
-from aisql.sql.calls import AICall, AIKind
-from aisql.sql.functions import RawAICall, is_prompt_call, match_ai_call, read_options
+from aisql.sql.calls import AICall
+from aisql.sql.recognize import RawAICall, is_prompt_call, match_ai_call
 from aisql.sql.parse import Statement
 from aisql.sql.source import SourceText, node_start
 from aisql.sql.template import Placeholder, Template, parse_template
@@ -84,7 +84,7 @@ def bind_statement(
 
 
 def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceText) -> AICall:
-    prompt, options = read_options(raw)
+    prompt, options, hints = raw.function.bind_arguments(raw.spelling, raw.positional, raw.named)
     line, col = source.position_of(raw.node)
     if is_prompt_call(prompt):
         template, args, positions = _bind_prompt(prompt, source)
@@ -104,13 +104,12 @@ def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceT
     return AICall(
         id=call_id,
         function_name=function_name,
-        kind=raw.kind,
+        function=raw.function,
         spelling=raw.spelling,
         template=template,
         args=args,
-        labels=options.labels if raw.kind is AIKind.CLASSIFY else (),
-        max_tokens=options.max_tokens,
-        hints=options.hints,
+        options=options,
+        hints=hints,
         line=line,
         col=col,
         arg_positions=positions,

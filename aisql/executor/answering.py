@@ -19,8 +19,8 @@ from aisql.executor.answers import Answer, AnswerStore
 from aisql.executor.budget import Budget
 from aisql.executor.evaluate import Prepared, prepare, run
 from aisql.executor.progress import NoProgress, Progress
-from aisql.executor.stats import NodeStats
-from aisql.executor.tasks import Task
+from aisql.executor.run_stats import NodeStats
+from aisql.functions import Task
 
 
 @dataclass
@@ -101,7 +101,7 @@ def answer_texts(
     """Answers for the distinct prompt texts of one task (`counts`: text -> rows asking it): the
     result cache first, the rest evaluated in prefix order (within `group_by` groups) with
     checkpoints. Counts prompts (total, new to this caller's `seen`, cached) and logical tokens
-    into `stats`. Shared by planned AI nodes and the DuckDB functions of aisql.udfs."""
+    into `stats`. Shared by planned AI nodes and the DuckDB functions of aisql.duckdb_functions."""
     stats.prompts_total += sum(counts.values())
     new = [t for t in counts if t not in seen]
     stats.prompts_unique += len(new)

@@ -15,9 +15,6 @@ import duckdb
 import pyarrow as pa
 
 from aisql.executor.node_runtime import NodeRuntime
-from aisql.sql.calls import AIKind
-
-_ARROW_TYPES = {AIKind.IF: pa.bool_(), AIKind.CLASSIFY: pa.string(), AIKind.GENERATE: pa.string()}
 
 
 class UdfErrors:
@@ -35,22 +32,27 @@ class UdfErrors:
                     self.first = err
                 raise
 
-        # DuckDB checks the Python function's parameter count against the SQL signature.
-        wrapper.__signature__ = inspect.Signature(
-            [inspect.Parameter(f"arg{i}", inspect.Parameter.POSITIONAL_ONLY) for i in range(arity)]
-        )
-        return wrapper
+        return with_arity(wrapper, arity)
+
+
+def with_arity(fn: Callable, arity: int) -> Callable:
+    """`fn` taking *args, declared to take exactly `arity` arguments: DuckDB checks a Python
+    function's parameter count against the SQL signature (and reads *args as varargs)."""
+    fn.__signature__ = inspect.Signature(
+        [inspect.Parameter(f"arg{i}", inspect.Parameter.POSITIONAL_ONLY) for i in range(arity)]
+    )
+    return fn
 
 
 def register(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime, naive: bool, errors: UdfErrors) -> None:
     call = runtime.call
     params = [duckdb.sqltype("VARCHAR")] * call.arity
-    returns = duckdb.sqltype(call.kind.sql_type)
+    returns = duckdb.sqltype(call.function.sql_type)
     if naive:
         fn = errors.guard(lambda *values: runtime.naive_row(values), call.arity)
         con.create_function(call.function_name, fn, params, returns, type="native", side_effects=True)
         return
-    arrow_type = _ARROW_TYPES[call.kind]
+    arrow_type = call.function.arrow_type
 
     def lookup(*arrays):
         columns = [array.to_pylist() for array in arrays]
@@ -70,7 +72,7 @@ def register_placeholder(con: duckdb.DuckDBPyConnection, call, errors: UdfErrors
         raise RuntimeError(f"{call.function_name} was called while only binding the statement")
 
     params = [duckdb.sqltype("VARCHAR")] * call.arity
-    con.create_function(call.function_name, errors.guard(never, call.arity), params, duckdb.sqltype(call.kind.sql_type), type="native", side_effects=True)
+    con.create_function(call.function_name, errors.guard(never, call.arity), params, duckdb.sqltype(call.function.sql_type), type="native", side_effects=True)
 
 
 def remove(con: duckdb.DuckDBPyConnection, function_name: str) -> None:

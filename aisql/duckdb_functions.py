@@ -4,17 +4,17 @@
     aisql.register(con, model="tiny")
     con.sql("SELECT title FROM films WHERE ai_if(prompt('Is {0} a comedy?', title))")
 
-Registers `ai_if(prompt VARCHAR) -> BOOLEAN`, `ai_classify(prompt VARCHAR, labels VARCHAR[]) ->
-VARCHAR`, `ai_generate(prompt VARCHAR, max_tokens INTEGER := 128) -> VARCHAR` and `prompt(template
-VARCHAR, args ANY...) -> VARCHAR` (positional `{0}` placeholders). The three AI functions are typed
-DuckDB macros over vectorised (Arrow) Python functions, so DuckDB itself checks argument types
+Registers one DuckDB function per AI function of `aisql.functions` (`ai_if(prompt VARCHAR) ->
+BOOLEAN`, `ai_classify(prompt VARCHAR, labels VARCHAR[]) -> VARCHAR`, `ai_generate(prompt VARCHAR,
+max_tokens INTEGER := 128) -> VARCHAR`, ...) and `prompt(template VARCHAR, args ANY...) -> VARCHAR`
+(positional `{0}` placeholders). The AI functions are typed DuckDB macros over vectorised (Arrow) Python functions, so DuckDB itself checks argument types
 and answers NULL for NULL arguments. Each vector DuckDB hands over is deduplicated, looked up in
 the result cache, and the rest evaluated in prefix order — but only one vector at a time: there
 is no cross-vector planning (filters pushed below AI calls, join dedup, predicate order). For
 that, `aisql.connect().sql(query)` plans the whole query.
 
 The answers equal the planned engine's for the same prompt: the same instruction framing per AI
-function (aisql.executor.tasks), the same model, the same result cache keys.
+function (its definition in aisql.functions), the same model, the same result cache keys.
 """
 
 from __future__ import annotations
@@ -28,30 +28,26 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from aisql import functions as registry
 from aisql.engine.base import Engine
 from aisql.errors import AisqlError
+from aisql.executor.answering import RunOptions, answer_texts
 from aisql.executor.answers import Answer, AnswerStore
-from aisql.executor.checkpointed import RunOptions, answer_texts
+from aisql.executor.bound_calls import with_arity
 from aisql.executor.evaluate import OVERFLOW_MODES
-from aisql.executor.stats import NodeStats
-from aisql.executor.tasks import Task, classify_task, generate_task, if_task
+from aisql.executor.run_stats import NodeStats
+from aisql.functions import AIFunction, Task
 from aisql.session import ModelSession
-from aisql.sql.functions import DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS
 from aisql.sql.template import Template, parse_template
 
 _INTERNAL = "__aisql_udf_"
-_MACROS = {
-    "ai_if": ("prompt VARCHAR", "if(prompt)"),
-    "ai_classify": ("prompt VARCHAR, labels VARCHAR[]", "classify(prompt, labels)"),
-    "ai_generate": (f"prompt VARCHAR, max_tokens INTEGER := {DEFAULT_MAX_TOKENS}", "generate(prompt, max_tokens)"),
-}
 
 
 class UdfError(ValueError):
     """A bad value reached an AI function (DuckDB reports it as 'Invalid Input Error: ...')."""
 
 
-class AIFunctions:
+class DuckDBFunctions:
     """The AI functions registered on one DuckDB connection: their model session and their counts.
 
     Every call shares the session's engine (its prefix KV cache lives across calls and queries) and
@@ -61,7 +57,7 @@ class AIFunctions:
         self.session = session
         self.options = options
         self.stats: dict[str, NodeStats] = {
-            name: NodeStats(node=name, function=name, strategy="vector") for name in ("ai_if", "ai_classify", "ai_generate")
+            f.duckdb_name: NodeStats(node=f.duckdb_name, function=f.duckdb_name, strategy="vector") for f in registry.FUNCTIONS
         }
         self._seen: dict[str, set[str]] = {}  # per task store key: texts asked before
         self._templates: dict[str, Template] = {}
@@ -69,30 +65,21 @@ class AIFunctions:
         self._caster_lock = threading.Lock()
 
     # ---- the functions DuckDB calls (one vector of non-NULL rows each) ---------------------
-    def ai_if(self, prompts: pa.Array) -> pa.Array:
-        task = if_task()
-        return pa.array(self._answer("ai_if", [(task, text) for text in prompts.to_pylist()]), type=pa.bool_())
-
-    def ai_classify(self, prompts: pa.Array, labels: pa.Array) -> pa.Array:
-        tasks: dict[tuple[str, ...], Task] = {}
+    def answer(self, function: AIFunction, prompts: pa.Array, *option_columns: pa.Array) -> pa.Array:
+        """One vector of `function`'s calls: the options of each row (checked once per distinct
+        value, by the same rules as in planned SQL), then the answers."""
+        tasks: dict[tuple, Task] = {}
         rows = []
-        for text, row_labels in zip(prompts.to_pylist(), labels.to_pylist()):
-            key = tuple(row_labels)
+        option_values = [column.to_pylist() for column in option_columns]
+        for row, text in enumerate(prompts.to_pylist()):
+            key = tuple(_hashable(values[row]) for values in option_values)
             if key not in tasks:
-                tasks[key] = classify_task(_checked_labels(key))
+                try:
+                    tasks[key] = function.task(function.options_from_values(*(values[row] for values in option_values)))
+                except AisqlError as err:
+                    raise UdfError(err.message) from None
             rows.append((tasks[key], text))
-        return pa.array(self._answer("ai_classify", rows), type=pa.string())
-
-    def ai_generate(self, prompts: pa.Array, max_tokens: pa.Array) -> pa.Array:
-        tasks: dict[int, Task] = {}
-        rows = []
-        for text, tokens in zip(prompts.to_pylist(), max_tokens.to_pylist()):
-            if tokens not in tasks:
-                if not 1 <= tokens <= MAX_MAX_TOKENS:
-                    raise UdfError(f"ai_generate: max_tokens must be between 1 and {MAX_MAX_TOKENS}, got {tokens}")
-                tasks[tokens] = generate_task(tokens)
-            rows.append((tasks[tokens], text))
-        return pa.array(self._answer("ai_generate", rows), type=pa.string())
+        return pa.array(self._answer(function.duckdb_name, rows), type=function.arrow_type)
 
     def prompt(self, templates: pa.Array, *args: pa.Array) -> pa.Array:
         """Fill positional placeholders; values are cast to VARCHAR exactly as DuckDB casts them."""
@@ -185,9 +172,10 @@ def register(
     checkpoint_every: int = 256,
     checkpoint_seconds: float = 10.0,
     **engine_options,
-) -> AIFunctions:
-    """Register ai_if, ai_classify, ai_generate and prompt on `con`; returns their handle (stats,
-    session). Registering again replaces them (e.g. with another model); it is harmless.
+) -> DuckDBFunctions:
+    """Register the AI functions (ai_if, ai_classify, ai_generate, ...) and prompt on `con`;
+    returns their handle (stats, session). Registering again replaces them (e.g. with another
+    model); it is harmless.
 
     `model`, `engine_options` (device, kv_budget, quantize, ...) and `cache` mean what they mean
     for `aisql.connect`; `session` shares an `aisql.Connection`'s model and caches instead."""
@@ -196,20 +184,27 @@ def register(
     if session is None:
         session = ModelSession.from_options(model, engine=engine, cache=cache, store=store, **engine_options)
     options = RunOptions(checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds, on_overflow=on_overflow)
-    functions = AIFunctions(session, options)
-    varchar, boolean = duckdb.sqltype("VARCHAR"), duckdb.sqltype("BOOLEAN")
-    internal: dict[str, tuple[Callable, list, Any]] = {
-        "if": (functions.ai_if, [varchar], boolean),
-        "classify": (functions.ai_classify, [varchar, duckdb.sqltype("VARCHAR[]")], varchar),
-        "generate": (functions.ai_generate, [varchar, duckdb.sqltype("INTEGER")], varchar),
-    }
-    for name, (fn, params, returns) in internal.items():
-        _replace_function(con, _INTERNAL + name, fn, params, returns)
+    handle = DuckDBFunctions(session, options)
+    varchar = duckdb.sqltype("VARCHAR")
+    for function in registry.FUNCTIONS:
+        internal = _INTERNAL + function.duckdb_name
+        params = [varchar] + [duckdb.sqltype(p.sql_type) for p in function.duckdb_parameters]
+        _replace_function(con, internal, _answering(handle, function), params, duckdb.sqltype(function.sql_type))
+        declared = ["prompt VARCHAR"] + [
+            f"{p.name} {p.sql_type}" + (f" := {p.default}" if p.default is not None else "") for p in function.duckdb_parameters
+        ]
+        passed = ", ".join(["prompt"] + [p.name for p in function.duckdb_parameters])
+        con.execute(f"CREATE OR REPLACE TEMP MACRO {function.duckdb_name}({', '.join(declared)}) AS {internal}({passed})")
     # prompt(template, *args ANY): a Python *args function is a DuckDB varargs function.
-    _replace_function(con, "prompt", lambda *arrays: functions.prompt(*arrays), [varchar], varchar)
-    for name, (params, body) in _MACROS.items():
-        con.execute(f"CREATE OR REPLACE TEMP MACRO {name}({params}) AS {_INTERNAL}{body}")
-    return functions
+    _replace_function(con, "prompt", lambda *arrays: handle.prompt(*arrays), [varchar], varchar)
+    return handle
+
+
+def _answering(handle: DuckDBFunctions, function: AIFunction) -> Callable:
+    def answer(*columns):
+        return handle.answer(function, *columns)
+
+    return with_arity(answer, 1 + len(function.duckdb_parameters))
 
 
 def _replace_function(con: duckdb.DuckDBPyConnection, name: str, fn: Callable, params: list, returns) -> None:
@@ -220,13 +215,5 @@ def _replace_function(con: duckdb.DuckDBPyConnection, name: str, fn: Callable, p
     con.create_function(name, fn, params, returns, type="arrow", side_effects=False)
 
 
-def _checked_labels(labels: tuple[str, ...]) -> tuple[str, ...]:
-    """The rules AI.CLASSIFY's labels follow in planned SQL, checked per distinct label list."""
-    if any(label is None or not label.strip() for label in labels):
-        raise UdfError(f"ai_classify: a label is NULL or empty in {list(labels)}")
-    if len(set(labels)) != len(labels):
-        duplicate = next(label for label in labels if labels.count(label) > 1)
-        raise UdfError(f"ai_classify: label {duplicate!r} appears twice in {list(labels)}")
-    if len(labels) < 2:
-        raise UdfError(f"ai_classify: needs at least two labels, got {list(labels)}")
-    return labels
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value

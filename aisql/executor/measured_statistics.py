@@ -14,11 +14,9 @@ from typing import Callable
 import duckdb
 
 from aisql.engine.base import ModelFacts
-from aisql.executor.tasks import task_for
 from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN, AINode
 from aisql.planner.rules.choose_anchor import argument_tables
 from aisql.planner.statistics import DEFAULT_SELECTIVITY, InputProfile, Selectivity, TokenProfile
-from aisql.sql.calls import AIKind
 
 TOKEN_SAMPLE = 48
 SELECTIVITY_SAMPLE = 32
@@ -27,7 +25,7 @@ SELECTIVITY_SAMPLE = 32
 Sampler = Callable[[AINode, list[tuple]], list | None]
 
 
-class RunStatistics:
+class MeasuredStatistics:
     def __init__(
         self,
         con: duckdb.DuckDBPyConnection,
@@ -118,7 +116,7 @@ class RunStatistics:
         if sample is None or self.facts is None:
             return None
         fmt = self.facts.format
-        task = task_for(node.call)
+        task = node.call.task
         before, after = fmt.frame(task.instruction)
         template = node.call.template
         shared = fmt.count_tokens([before + template.parts[0]])[0]
@@ -142,7 +140,7 @@ class RunStatistics:
             tails.append(counts[-1] - previous)
         n = max(1, len(sample or []))
         label_tails = sum(len(self.facts.encode_label(label)) - 1 for label in task.labels)
-        output = float(task.max_tokens or 0) if node.call.kind is AIKind.GENERATE else 0.0
+        output = node.call.function.output_tokens(node.call.options)
         first_literal = float(fmt.count_tokens([template.parts[1]])[0]) if len(template.parts) > 1 and template.parts[1] else 0.0
         leading = self._leading_growth(fmt, before, template, sample, shared)
         return TokenProfile(
@@ -223,7 +221,7 @@ class RunStatistics:
             return Selectivity(float(hint), "hint")
         profile = self.input_profile(node)
         large_enough = profile is not None and profile.unique >= self.min_sampling_ratio * self.sample_size
-        if self.sampler is not None and node.call.kind is AIKind.IF and large_enough:
+        if self.sampler is not None and node.call.function.is_predicate and large_enough:
             sample = self.sample(node, self.sample_size)
             if sample:
                 answers = self.sampler(node, [values for values, _ in sample])

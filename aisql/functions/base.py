@@ -1,0 +1,166 @@
+"""What an AI function is, in one place: read by the binder, the planner, the executor and the
+DuckDB functions of `aisql.register`.
+
+An `AIFunction` declares
+- its spellings (BigQuery's dotted `AI.IF`, Snowflake's `AI_FILTER`, ...) and sqlglot's own node
+  classes for it, for the binder;
+- its argument rules: `read_options` for SQL literals, `options_from_values` for the values
+  DuckDB hands a registered function — both end in the same checks (`aisql.functions.arguments`);
+- its result type in SQL and Arrow;
+- what it asks the model: a `Task` (the instruction framing, placed first so every prompt of the
+  call shares it; labels to score or a token budget) and which engine request carries it;
+- how the engine's answer becomes the SQL value.
+
+The engine never sees these objects: the executor turns a Task into engine requests. The front
+end reads only the spellings and argument rules, never a model.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+from sqlglot import exp
+
+from aisql.errors import BindError
+from aisql.functions import arguments
+
+
+class Request(enum.Enum):
+    """The engine request a function's prompts become."""
+
+    SCORE = "score"  # label continuations scored in one forward pass (ScoreRequest)
+    GENERATE = "generate"  # greedy decoding (GenerateRequest)
+
+
+@dataclass(frozen=True)
+class Options:
+    """A call's function-specific options, after the argument rules (none for the base)."""
+
+
+@dataclass(frozen=True)
+class DuckDBParameter:
+    """An argument of the function `aisql.register` puts on a DuckDB connection (after the prompt)."""
+
+    name: str
+    sql_type: str
+    default: str | None = None  # a SQL literal: the macro's default value
+
+
+@dataclass(frozen=True, eq=False)
+class Task:
+    """What the model is asked, per prompt text, for one AI call.
+
+    Two tasks with the same signature give the same answer to the same prompt: the signature,
+    with the model's fingerprint, is where the result cache keeps the answers."""
+
+    function: "AIFunction"
+    instruction: str
+    labels: tuple[str, ...] = ()
+    max_tokens: int | None = None
+
+    @property
+    def signature(self) -> str:
+        payload = "\x1f".join([self.function.name, self.instruction, *self.labels, str(self.max_tokens)])
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def store_key(self, model_fingerprint: str) -> str:
+        """Where this task's answers live in an answer store: per model, per task."""
+        return f"{model_fingerprint}/{self.signature}"
+
+    @property
+    def request(self) -> Request:
+        return self.function.request
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Task) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple:
+        return (self.function.name, self.instruction, self.labels, self.max_tokens)
+
+
+class AIFunction:
+    """One AI function. Subclasses set the class attributes and implement the option rules."""
+
+    name: ClassVar[str]  # canonical name, e.g. "IF"; also part of the result cache key
+    spellings: ClassVar[tuple[str, ...]]  # as written in SQL, e.g. ("AI.IF", "AI_FILTER", "AI_IF")
+    sqlglot_nodes: ClassVar[tuple[type[exp.Expression], ...]] = ()  # sqlglot's own classes for it
+    sql_type: ClassVar[str]  # DuckDB type of the result
+    request: ClassVar[Request]
+    is_predicate: ClassVar[bool] = False  # a TRUE answer keeps a row (in WHERE / JOIN ON it filters)
+    duckdb_name: ClassVar[str]  # the function aisql.register defines, e.g. "ai_if"
+    duckdb_parameters: ClassVar[tuple[DuckDBParameter, ...]] = ()  # after `prompt VARCHAR`
+    signature_hint: ClassVar[str]  # how to call it, for error messages
+
+    # ---- arguments ---------------------------------------------------------------------------
+    def bind_arguments(
+        self, spelling: str, positional: list[exp.Expression], named: dict[str, exp.Expression]
+    ) -> tuple[exp.Expression, Options, dict[str, Any]]:
+        """Validate a call's arguments: (the prompt expression, the options, the planner hints).
+
+        Every function takes the prompt first and may end with an options struct of planner
+        hints (`{'selectivity': 0.1}`); what lies between is the function's own (`read_options`).
+        """
+        positional, named = list(positional), dict(named)
+        if not positional:
+            raise BindError(f"{spelling} needs a prompt argument", hint=f"e.g. {self.signature_hint}")
+        prompt = positional.pop(0)
+        options = self.read_options(spelling, positional, named)
+        hints_node = named.pop("options", None)
+        if hints_node is None and positional and isinstance(positional[0], exp.Struct):
+            hints_node = positional.pop(0)
+        hints = arguments.read_hints(spelling, hints_node) if hints_node is not None else {}
+        if positional:
+            raise BindError(f"{spelling}: too many arguments ({positional[0].sql(dialect='duckdb')!s} is not expected)")
+        if named:
+            raise BindError(f"{spelling}: unknown argument {next(iter(named))!r}", hint=f"e.g. {self.signature_hint}")
+        return prompt, options, hints
+
+    def read_options(self, spelling: str, positional: list[exp.Expression], named: dict[str, exp.Expression]) -> Options:
+        """Take this function's own arguments out of `positional` / `named` (in place)."""
+        return Options()
+
+    def options_from_values(self, *values: Any) -> Options:
+        """The same rules for the values of `duckdb_parameters` (one row of a DuckDB function)."""
+        return Options()
+
+    # ---- what the model is asked ---------------------------------------------------------------
+    def task(self, options: Options) -> Task:
+        raise NotImplementedError
+
+    def output_tokens(self, options: Options) -> float:
+        """Tokens decoded per prompt (an upper bound), for the cost model."""
+        return 0.0
+
+    # ---- answers ---------------------------------------------------------------------------------
+    def value_from_scores(self, task: Task, logprobs: Sequence[float]) -> Any:
+        """The SQL value from the labels' log-probabilities (SCORE functions)."""
+        raise NotImplementedError
+
+    def value_from_text(self, task: Task, text: str) -> Any:
+        """The SQL value from the generated text (GENERATE functions)."""
+        raise NotImplementedError
+
+    # ---- presentation ----------------------------------------------------------------------------
+    def describe_options(self, options: Options) -> str:
+        """The options as they follow the prompt in plans, e.g. `, ['a', 'b']`."""
+        return ""
+
+    @property
+    def arrow_type(self):
+        import pyarrow as pa
+
+        return {"BOOLEAN": pa.bool_(), "VARCHAR": pa.string(), "DOUBLE": pa.float64()}[self.sql_type]
+
+    def __repr__(self) -> str:
+        return f"<AI function {self.name}>"
+
+
+def best_label(logprobs: Sequence[float]) -> int:
+    """Index of the most likely label (the first one on an exact tie)."""
+    return max(range(len(logprobs)), key=logprobs.__getitem__)
