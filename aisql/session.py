@@ -13,8 +13,9 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from aisql.engine.base import Engine
-from aisql.engine.loader import EngineOptions, ResolvedModel, load_resolved, resolve_model
+from aisql.engine.base import Engine, ModelFacts
+from aisql.engine.loader import EngineOptions, ResolvedModel, load_model_facts, load_resolved, resolve_model, resolve_model_spec
+from aisql.engine.numerics import cuda_available
 from aisql.executor.answers import AnswerStore
 from aisql.executor.cache import open_answer_store
 
@@ -46,8 +47,11 @@ class ModelSession:
         self.store: AnswerStore = store if store is not None else open_answer_store(cache)
         self.lock = threading.RLock()  # one engine call at a time (DuckDB calls functions from several threads)
         self._engine = engine
-        self._warn = warn
+        self._warned: set[str] = set()
+        self._warn_to = warn
         self._resolved: ResolvedModel | None = None
+        self._resolved_for_facts: ResolvedModel | None = None
+        self._facts: ModelFacts | None = None
         self._fingerprint: str | None = None
 
     @classmethod
@@ -78,6 +82,31 @@ class ModelSession:
             self._resolved = resolve_model(self.model_spec, self._warn)
         return self._resolved
 
+    def facts(self) -> ModelFacts:
+        """The model's prompt format and shape for planning: from the engine when it is loaded,
+        else without weights or torch (aisql.engine.facts) — a cached rerun loads neither."""
+        if self._engine is not None:
+            return self._engine.facts()
+        if self._facts is None:
+            model = self._resolved or self._resolved_for_facts
+            if model is None:
+                model = self._resolved_for_facts = resolve_model(self.model_spec, self._warn, weights=False)
+            self._facts = load_model_facts(model, self.engine_options)
+        return self._facts
+
+    def model_name(self) -> str:
+        """The model this session means, by name, without resolving it."""
+        return resolve_model_spec(self.model_spec)[0]
+
+    def default_hardware(self) -> str:
+        """The cost profile of this machine's kind (torch is asked only where a GPU may exist)."""
+        return "h100" if cuda_available() else "cpu"
+
+    def _warn(self, message: str) -> None:
+        if self._warn_to is not None and message not in self._warned:
+            self._warned.add(message)
+            self._warn_to(message)
+
     def fingerprint(self) -> str:
         """The model's identity in the result cache: weights, tokenizer, numerics."""
         if self._fingerprint is None:
@@ -91,7 +120,7 @@ class ModelSession:
         if self._engine is not None:
             info = self._engine.info
             return ModelUsed(info.name, info.note, info.device)
-        from aisql.engine.quantize import quantization_note  # imports torch
+        from aisql.engine.numerics import quantization_note
 
         resolved = self.resolved_model
         quantize = self.engine_options.quantize

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from aisql.errors import BindError
-from aisql.planner import plan_statement
+from aisql.planner import PlanningContext, plan_statement
 from aisql.planner.cost import computed_tokens, reduction, shrink
 from aisql.planner.rules.order_predicates import conjunction_groups, dp_order, order_cost
 from aisql.planner.statistics import InputProfile, Selectivity, TokenProfile
@@ -72,7 +72,7 @@ def test_dp_order_is_rank_order_and_the_brute_force_optimum_for_same_table_predi
         selectivities=sels,
         distincts={},
     )
-    plan = plan_statement(bound(sql), stats)
+    plan = plan_statement(bound(sql), PlanningContext(stats))
     chosen = [n.call.template.text for n in plan.nodes]
     rank = sorted(templates, key=lambda t: costs[t] / (1 - sels[t]))
     assert chosen == rank

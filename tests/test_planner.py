@@ -8,7 +8,7 @@ import itertools
 import duckdb
 import pytest
 
-from aisql.planner import Clause, NodeRole, Strategy, plan_statement
+from aisql.planner import Clause, NodeRole, PlanningContext, Strategy, plan_statement
 from aisql.planner.rules import RULES, guard_filters, order_filters
 from aisql.sql import SourceText, bind_statement, parse_script
 
@@ -78,7 +78,8 @@ def test_final_filters_follow_plan_order():
     assert where.index("Y > 1") < where.index(first) < where.index(second)
     # If a rule evaluates the second predicate first, the final query must ask in that order too.
     unguarded = plan(sql, rules=tuple(r for r in RULES if r is not guard_filters))
-    swapped = guard_filters(order_filters(dataclasses.replace(unguarded, nodes=tuple(reversed(unguarded.nodes)))))
+    context = PlanningContext()
+    swapped = guard_filters(order_filters(dataclasses.replace(unguarded, nodes=tuple(reversed(unguarded.nodes))), context), context)
     where = swapped.final_sql.upper().split("WHERE", 1)[1]
     assert where.index("Y > 1") < where.index(second) < where.index(first)
 

@@ -18,6 +18,7 @@ from typing import Callable
 
 from aisql.engine.base import Engine, ModelInfo
 from aisql.engine.fingerprint import directory_fingerprint, numerics_suffix
+from aisql.engine.numerics import device_type, dtype_name
 from aisql.errors import ModelError
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
@@ -113,23 +114,14 @@ def load_resolved(model: ResolvedModel, options: EngineOptions) -> Engine:
     )
 
 
-def load_model_facts(spec: str | None = None, warn: Callable[[str], None] | None = None):
-    """The model's prompt format and shape, without its weights (for `aisql explain`)."""
-    import torch
-    import transformers
-    from transformers import AutoTokenizer
+def load_model_facts(model: ResolvedModel, options: EngineOptions):
+    """The model's prompt format and shape, without its weights (nor torch, once its shape is
+    known): for `aisql explain` and for planning a run whose answers may all be cached."""
+    from aisql.engine.facts import model_facts
 
-    from aisql.engine.base import ModelFacts
-    from aisql.engine.profile import profile_from_config
-    from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
-
-    model = resolve_model(spec, warn, weights=False)
-    transformers.utils.logging.set_verbosity_error()
-    tokenizer = AutoTokenizer.from_pretrained(model.location)
-    encoder = EncodesPrompts()
-    encoder.format = PromptFormat(tokenizer)
-    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    return ModelFacts(format=encoder.format, profile=profile_from_config(model.location, model.name, dtype), encode_label=encoder.encode_label)
+    device = device_type(options.device) if model.backend == "hf" else "cuda"
+    location = model.location if model.backend != "vllm" or Path(model.location).is_dir() else _hub_snapshot(model.location, weights=False)
+    return model_facts(location, model.name, dtype_name(options.dtype, device) if model.backend == "hf" else "bfloat16")
 
 
 def _resolve(name: str, weights: bool = True) -> ResolvedModel:
@@ -280,31 +272,20 @@ def _available_host_memory() -> int:
 def _device(requested: str):
     import torch
 
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(requested)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ModelError("--device cuda was requested but no CUDA device is available")
-    return device
+    kind = device_type(requested)
+    return torch.device(requested if requested != "auto" else kind)
 
 
 def _dtype(requested: str, device):
     import torch
 
-    if requested == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float32
-    try:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[requested]
-    except KeyError:
-        raise ModelError(f"unknown dtype {requested!r}", hint="use float32, bfloat16 or float16") from None
+    return getattr(torch, dtype_name(requested, device.type))
 
 
 def hf_fingerprint(directory: Path, options: EngineOptions) -> str:
-    device = _device(options.device)
-    dtype = str(_dtype(options.dtype, device)).replace("torch.", "")
-    return directory_fingerprint(directory) + numerics_suffix(device.type, dtype, options.quantize)
+    """Computed without torch where the machine has no GPU (see aisql.engine.numerics)."""
+    device = device_type(options.device)
+    return directory_fingerprint(directory) + numerics_suffix(device, dtype_name(options.dtype, device), options.quantize)
 
 
 def vllm_fingerprint(location: str, options: EngineOptions) -> str:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from aisql.engine.numerics import QUANTIZATIONS, quantization_note
 from aisql.errors import ModelError
 
-METHODS = ("int8", "fp8", "bf16")
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,8 @@ def quantize_model(model, method: str, device) -> Quantization:
     elif method == "bf16":
         decoder.to(torch.bfloat16)
     else:
-        raise ModelError(f"unknown quantization {method!r}", hint=f"use one of: {', '.join(METHODS)}")
+        raise ModelError(f"unknown quantization {method!r}", hint=f"use one of: {', '.join(QUANTIZATIONS)}")
     return Quantization(method, quantization_note(method))
-
-
-def quantization_note(method: str) -> str:
-    """What every output made with quantized weights says (answers cached from them included)."""
-    return f"weights quantized to {method} (opt-in): answers may differ from full precision"
 
 
 class FP8WeightLinear(nn.Module):

@@ -113,9 +113,10 @@ class RemoteEngine(EncodesPrompts):
         raise ModelError(f"the server at {self.base_url} does not serve {self.name!r} (it serves: {served})")
 
     def facts(self) -> ModelFacts:
-        from aisql.engine.profile import profile_from_config
+        from aisql.engine.facts import cached_profile
 
-        profile = profile_from_config(self._tokenizer_directory, self.info.name, "auto")
+        # The server's dtype is unknown here; the shape (FLOPs, KV bytes) is costed in bfloat16.
+        profile = cached_profile(self._tokenizer_directory, self.info.name, "bfloat16")
         return ModelFacts(format=self.format, profile=profile, encode_label=self.encode_label)
 
     def reset_cache(self) -> None:

@@ -55,12 +55,12 @@ class TinyConfig:
 
 def tiny_model_dir(config: TinyConfig = TinyConfig()) -> Path:
     """Directory of the tiny model for `config`, building it on first use (atomically)."""
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
     target = cache_root() / "models" / f"tiny-{config.key()}"
     if (target / "config.json").exists():
         return target
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
     try:

@@ -14,6 +14,7 @@ scheduler and kernels; aisql brings the prompts in prefix order.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Sequence
 
 from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelInfo, ScoreRequest, logsumexp
@@ -73,9 +74,14 @@ class VLLMEngine(EncodesPrompts):
 
     def facts(self):
         from aisql.engine.base import ModelFacts
-        from aisql.engine.profile import profile_from_config
+        from aisql.engine.facts import cached_profile
 
-        profile = profile_from_config(self.info.name[len("vllm:") :], self.info.name, "auto")
+        from aisql.engine.loader import _hub_snapshot
+        from aisql.engine.numerics import DTYPES
+
+        model = self.info.name[len("vllm:") :]
+        directory = model if Path(model).is_dir() else _hub_snapshot(model, weights=False)
+        profile = cached_profile(directory, self.info.name, self.info.dtype if self.info.dtype in DTYPES else "bfloat16")
         return ModelFacts(format=self.format, profile=profile, encode_label=self.encode_label)
 
     def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:

@@ -34,7 +34,7 @@ class NodeRuntime:
         engine: Callable[[], Engine],
         store: AnswerStore,
         lock: threading.RLock,
-        namespace: Callable[[], str] = lambda: "",
+        model_fingerprint: Callable[[], str] = lambda: "",
         options: RunOptions | None = None,
     ) -> None:
         self.node = node
@@ -43,7 +43,7 @@ class NodeRuntime:
         self._engine = engine
         self.store = store
         self.lock = lock
-        self._namespace = namespace
+        self._model_fingerprint = model_fingerprint
         self.options = options or RunOptions()
         self.values: dict[tuple, Any] = {}  # argument tuple -> SQL value
         self.seen_texts: set[str] = set()
@@ -91,7 +91,7 @@ class NodeRuntime:
     @property
     def store_key(self) -> str:
         """Answers are kept per model (fingerprint) and task (function, instruction, labels)."""
-        return self.task.store_key(self._namespace())
+        return self.task.store_key(self._model_fingerprint())
 
     def _answer(self, prompts: PromptSet) -> None:
         """Fill self.values for every tuple of `prompts`, asking the model only for new texts."""

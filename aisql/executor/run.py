@@ -41,17 +41,17 @@ class Executor:
         store: AnswerStore,
         *,
         naive: bool = False,
-        namespace: Callable[[], str] = lambda: "",
+        model_fingerprint: Callable[[], str] = lambda: "",
         options: RunOptions | None = None,
         lock: threading.RLock | None = None,
     ) -> None:
         """`engine` is called when a prompt first needs the model (so bad SQL fails before
-        loading it); `namespace` names the model in the answer store without loading it."""
+        loading it); `model_fingerprint` names the model in the answer store without loading it."""
         self.con = con
         self.engine = engine
         self.store = store
         self.naive = naive
-        self.namespace = namespace
+        self.model_fingerprint = model_fingerprint
         self.options = options or RunOptions()
         self.lock = lock or threading.RLock()  # one engine call at a time
 
@@ -73,7 +73,7 @@ class Executor:
         if plan.is_relational_only:
             return StatementResult(self._duckdb(lambda: _fetch(self.con.sql(plan.final_sql)), bound, source), [])
         errors = bound_calls.UdfErrors()
-        runtimes = [NodeRuntime(node, self.engine, self.store, self.lock, self.namespace, self.options) for node in plan.nodes]
+        runtimes = [NodeRuntime(node, self.engine, self.store, self.lock, self.model_fingerprint, self.options) for node in plan.nodes]
         for runtime in runtimes:
             bound_calls.register(self.con, runtime, self.naive, errors)
         try:

@@ -21,13 +21,13 @@ class SampleEvaluator:
         self,
         engine: Callable[[], Engine],
         store: AnswerStore,
-        namespace: Callable[[], str] = lambda: "",
+        model_fingerprint: Callable[[], str] = lambda: "",
         budget: Budget | None = None,
         on_overflow: str = "error",
     ) -> None:
         self._engine = engine
         self.store = store
-        self._namespace = namespace
+        self._model_fingerprint = model_fingerprint
         self.budget = budget
         self.on_overflow = on_overflow
         self.prompts: dict[str, int] = {}  # node id -> prompts evaluated for samples
@@ -37,7 +37,7 @@ class SampleEvaluator:
         """The node's values for `tuples`; None when the budget does not allow the sample (the
         planner then assumes a default selectivity)."""
         task = node.call.task
-        key = task.store_key(self._namespace())
+        key = task.store_key(self._model_fingerprint())
         texts = [node.call.template.render(values) for values in tuples]
         known = self.store.get_many(key, texts)
         todo = list(dict.fromkeys(t for t in texts if t not in known))

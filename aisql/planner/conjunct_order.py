@@ -60,11 +60,11 @@ def filter_holders(select: exp.Select):
 
 
 def split_conjuncts(cond: exp.Expression) -> list[exp.Expression]:
-    """`a AND (b AND c)` -> [a, b, c]; parentheses around a conjunction are looked through."""
-    cond = cond.unnest() if isinstance(cond, exp.Paren) else cond
-    if isinstance(cond, exp.And):
-        return split_conjuncts(cond.this) + split_conjuncts(cond.expression)
-    return [cond]
+    """`a AND (b AND c)` -> [a, b, c]: sqlglot's flatten, also through parenthesised conjunctions."""
+    cond = cond.unnest()
+    if not isinstance(cond, exp.And):
+        return [cond]
+    return [conjunct for part in cond.flatten() for conjunct in split_conjuncts(part)]
 
 
 def _in_order(plain: list[exp.Expression], ai_conjuncts: list[exp.Expression]) -> exp.Expression:

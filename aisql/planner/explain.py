@@ -8,12 +8,46 @@ answer, estimates (scaled by the selectivities shown) where earlier AI predicate
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from rich.tree import Tree
 
 from aisql.planner.cost import NodeEstimate, PlanEstimate, Side
+from aisql.planner.hardware import Hardware
 from aisql.planner.plan import AINode, Plan, Strategy
+
+
+@dataclass
+class Explanation:
+    """The plans of a script's statements with their estimates, for people (`tree`) and programs (`to_dict`)."""
+
+    plans: list[Plan]
+    estimates: list[PlanEstimate | None] = field(default_factory=list)
+    hardware: Hardware | None = None
+    model: str | None = None
+
+    def tree(self) -> Tree:
+        header = ""
+        if self.hardware is not None:
+            hw = self.hardware
+            header = (
+                f"model {self.model} · hardware {hw.name} ({hw.peak_flops / 1e12:.2f} TFLOP/s peak"
+                f"{' measured' if hw.measured else ''}, {hw.memory_bandwidth / 1e9:.0f} GB/s, ${hw.price_per_hour:.2f}/h)"
+            )
+        return plans_tree(self.plans, self.estimates, header)
+
+    def to_dict(self) -> dict:
+        data = {"statements": [plan_to_dict(p, e) for p, e in zip(self.plans, self.estimates)]}
+        if self.hardware is not None:
+            data["hardware"] = {
+                "name": self.hardware.name,
+                "peak_flops": self.hardware.peak_flops,
+                "memory_bandwidth": self.hardware.memory_bandwidth,
+                "price_per_hour": self.hardware.price_per_hour,
+            }
+            data["model"] = self.model
+        return data
 
 
 def quality(node: AINode, est: NodeEstimate | None) -> str:

@@ -24,6 +24,7 @@ from sqlglot import exp
 from aisql.planner.conjunct_order import pin_conjunct_order, split_conjuncts
 from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN, AINode, Clause
 from aisql.planner.scope import bound_call_names, find_bound_call
+from aisql.sql.scopes import QueryScopes
 
 _DROP_FROM_INPUT = ("with_", "distinct", "order", "limit", "offset", "qualify", "sample", "locks", "into")
 
@@ -125,7 +126,7 @@ class _InputBuilder:
         for key in _DROP_FROM_INPUT:
             query.set(key, None)
         query.set("expressions", items + [exp.alias_(a, f"{ARG_PREFIX}{i}") for i, a in enumerate(args)])
-        ctes = _visible_ctes(self.original)
+        ctes = QueryScopes(self.original.root()).visible_ctes(self.original)
         if ctes:
             query = _attach_ctes(query, ctes)
         return query
@@ -269,34 +270,6 @@ def needs_grouping(args: list[exp.Expression], query: exp.Select) -> bool:
 def _aggregates(expression: exp.Expression) -> bool:
     """Does `expression` contain an aggregate function that is not a window function?"""
     return any(agg.find_ancestor(exp.Window) is None for agg in expression.find_all(exp.AggFunc))
-
-
-def _visible_ctes(select: exp.Select) -> list[exp.CTE]:
-    """CTEs `select` may reference: those of enclosing WITH clauses before it, and its own."""
-    chains: list[list[exp.CTE]] = []
-    prev: exp.Expression = select
-    parent = select.parent
-    while parent is not None:
-        if isinstance(parent, exp.With):
-            # `select` is inside one of these CTEs: only the CTEs before that one are visible.
-            ctes = list(parent.expressions)
-            position = next((i for i, c in enumerate(ctes) if c is prev), len(ctes))
-            chains.append(ctes[:position])
-        elif isinstance(parent, exp.Query):
-            with_ = parent.args.get("with_")
-            if with_ is not None and with_ is not prev:
-                chains.append(list(with_.expressions))
-        prev, parent = parent, parent.parent
-    ordered = [cte for chain in reversed(chains) for cte in chain]
-    own = select.args.get("with_")
-    if own is not None:
-        ordered.extend(own.expressions)
-    # Inner definitions shadow outer ones of the same name.
-    by_name: dict[str, exp.CTE] = {}
-    for cte in ordered:
-        by_name.pop(cte.alias.lower(), None)
-        by_name[cte.alias.lower()] = cte
-    return list(by_name.values())
 
 
 def _attach_ctes(query: exp.Select, ctes: list[exp.CTE]) -> exp.Select:

@@ -10,6 +10,7 @@ from sqlglot import exp
 
 from aisql.planner.plan import Clause, Location, NodeRole
 from aisql.sql.calls import AICall
+from aisql.sql.scopes import QueryScopes, depth, describe
 
 _CLAUSE_BY_KEY = {
     "where": Clause.WHERE,
@@ -35,26 +36,23 @@ def bound_call_names(root: exp.Expression, names: set[str]) -> set[str]:
     return {n.name.upper() for n in root.find_all(exp.Anonymous) if n.name.upper() in names}
 
 
-def locate(ast: exp.Expression, call: AICall, all_names: set[str]) -> Location:
+def locate(ast: exp.Expression, call: AICall, all_names: set[str], scopes: QueryScopes | None = None) -> Location:
+    """Where `call`'s bound call sits in `ast`; pass `scopes` (of `ast`) when locating several."""
     node = find_bound_call(ast, call.function_name)
     if node is None:  # pragma: no cover - the binder put it there
         raise AssertionError(f"bound call {call.function_name} not found")
-    nesting = sum(
-        1
-        for anc in _ancestors(node)
-        if isinstance(anc, exp.Anonymous) and anc.name.upper() in all_names
-    )
+    nesting = sum(1 for anc in _ancestors(node) if isinstance(anc, exp.Anonymous) and anc.name.upper() in all_names)
     select = node.find_ancestor(exp.Select)
     if select is None:
         return Location(select=None, clause=Clause.OTHER, nesting=nesting, scope_name=_statement_kind(ast))
     clause, join_index = _clause_of(node, select)
-    depth = sum(1 for anc in _ancestors(select) if isinstance(anc, exp.Select))
+    scope = (scopes or QueryScopes(ast)).scope_of(select)
     return Location(
         select=select,
         clause=clause,
         join_index=join_index,
-        scope_name=_scope_name(select),
-        scope_rank=-depth,
+        scope_name=describe(scope) if scope is not None else "query",
+        scope_rank=-depth(scope) if scope is not None else 0,
         nesting=nesting,
     )
 
@@ -83,21 +81,6 @@ def _clause_of(node: exp.Expression, select: exp.Select) -> tuple[Clause, int | 
             return Clause.JOIN, index
         return Clause.OTHER, index
     return _CLAUSE_BY_KEY.get(key, Clause.OTHER), None
-
-
-def _scope_name(select: exp.Select) -> str:
-    parent = select.parent
-    if isinstance(parent, exp.CTE):
-        return f"cte {parent.alias}"
-    if isinstance(parent, exp.Subquery):
-        if isinstance(parent.parent, (exp.From, exp.Join)):
-            return f"derived table {parent.alias}" if parent.alias else "derived table"
-        return "subquery"
-    if isinstance(parent, exp.SetOperation):
-        return "set operation branch"
-    if parent is None:
-        return "query"
-    return "query" if isinstance(parent, (exp.Create, exp.Insert)) else "subquery"
 
 
 def _statement_kind(ast: exp.Expression) -> str:

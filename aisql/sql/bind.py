@@ -17,6 +17,7 @@ from aisql.errors import AisqlError, BindError, TemplateError
 from aisql.sql.calls import AICall
 from aisql.sql.recognize import RawAICall, is_prompt_call, match_ai_call
 from aisql.sql.parse import Statement
+from aisql.sql.scopes import QueryScopes
 from aisql.sql.source import SourceText, node_start
 from aisql.sql.template import Placeholder, Template, parse_template
 
@@ -57,6 +58,8 @@ def bind_statement(
         if raw is not None:
             raw_calls.append(raw)
     ids = {id(raw.node): f"ai_{first_call_number + i}" for i, raw in enumerate(raw_calls)}
+    scopes = QueryScopes(ast)
+    names = _output_names(ast, {id(raw.node) for raw in raw_calls})
     calls: list[AICall] = []
     # Reverse pre-order visits every call after the calls nested inside its arguments.
     for found in reversed(raw_calls):
@@ -64,7 +67,7 @@ def bind_statement(
         # Re-read the arguments: calls nested in them have been replaced by bound calls meanwhile.
         raw = match_ai_call(found.node)
         try:
-            call = _bind_call(raw, call_id, f"{function_prefix}{call_id}", source)
+            call = _bind_call(raw, call_id, f"{function_prefix}{call_id}", source, scopes)
         except AisqlError as err:
             raise _at(err, source, raw.node) from None
         bound = exp.Anonymous(this=call.function_name, expressions=[exp.cast(a.copy(), VARCHAR) for a in call.args])
@@ -79,15 +82,30 @@ def bind_statement(
                 col=col,
                 hint="e.g. AI.IF(PROMPT('... {column} ...'))",
             )
+    for select, index, name in names:
+        projection = select.expressions[index]
+        projection.replace(exp.alias_(projection.copy(), name, quoted=True))
     calls.sort(key=lambda c: int(c.id.split("_")[1]))
     return BoundStatement(statement=statement, ast=ast, calls=calls)
 
 
-def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceText) -> AICall:
+def _output_names(ast: exp.Expression, call_nodes: set[int]) -> list[tuple[exp.Select, int, str]]:
+    """SELECT-list items with an AI call and no alias, with the name of the column as the user
+    wrote it: DuckDB would otherwise name it after the bound call (`__aisql_..(CAST(...))`)."""
+    named = []
+    for select in ast.find_all(exp.Select):
+        for index, projection in enumerate(select.expressions):
+            if isinstance(projection, (exp.Alias, exp.Star)) or not any(id(n) in call_nodes for n in projection.walk()):
+                continue
+            named.append((select, index, projection.sql(dialect="duckdb", comments=False)))
+    return named
+
+
+def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceText, scopes: QueryScopes) -> AICall:
     prompt, options, hints = raw.function.bind_arguments(raw.spelling, raw.positional, raw.named)
     line, col = source.position_of(raw.node)
     if is_prompt_call(prompt):
-        template, args, positions = _bind_prompt(prompt, source)
+        template, args, positions = _bind_prompt(prompt, source, scopes)
     else:
         nested = next((n for n in prompt.walk() if is_prompt_call(n)), None)
         if nested is not None:
@@ -116,7 +134,7 @@ def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceT
     )
 
 
-def _bind_prompt(prompt: exp.Anonymous, source: SourceText):
+def _bind_prompt(prompt: exp.Anonymous, source: SourceText, scopes: QueryScopes):
     """PROMPT('text {col} {0}', arg0, ...) -> (Template, argument expressions, their positions)."""
     if not prompt.expressions:
         raise BindError("PROMPT needs a template string", hint="e.g. PROMPT('Is {title} a comedy?')")
@@ -155,7 +173,7 @@ def _bind_prompt(prompt: exp.Anonymous, source: SourceText):
             args.append(extra[ph.index])
             positions.append(source.position_of(extra[ph.index]))
         else:
-            args.append(_placeholder_column(ph, prompt, pos))
+            args.append(_placeholder_column(ph, prompt, pos, scopes))
             positions.append(pos)
     unused = [i for i in range(len(extra)) if i not in used_positional]
     if unused:
@@ -182,52 +200,34 @@ def _template_text(node: exp.Expression) -> str | None:
     return None
 
 
-def _placeholder_column(ph: Placeholder, prompt: exp.Expression, pos) -> exp.Column:
-    """`{alias.col}` / `{table.col}` / `{col}` -> a column reference valid in the call's scope."""
+def _placeholder_column(ph: Placeholder, prompt: exp.Expression, pos, scopes: QueryScopes) -> exp.Column:
+    """`{alias.col}` / `{table.col}` / `{col}` -> the column reference DuckDB would bind.
+
+    `{col}` and `{q.col}` where `q` names a source of the call's scope or of a scope around it
+    are written as they are, so DuckDB resolves them exactly as it would `q.col` written in SQL
+    (innermost scope first: an outer reference in a correlated subquery stays outer). Only a
+    name DuckDB does not know — the table name of a source given an alias (`{customers.x}` for
+    `customers c`) — is rewritten to that alias, innermost scope first."""
     column = exp.to_identifier(ph.column, quoted=True)
     if ph.qualifier is None:
         return exp.Column(this=column)
-    scopes = _enclosing_selects(prompt)
+    chain = scopes.visible_sources(prompt)
     wanted = ph.qualifier.lower()
-    for select in scopes:
-        names = _source_names(select)
-        if wanted in names:
-            return exp.Column(this=column, table=exp.to_identifier(names[wanted], quoted=True))
-    available = sorted({alias for select in scopes[:1] for alias in _source_names(select).values()})
+    for sources in chain:
+        for name in sources:
+            if name.lower() == wanted:
+                return exp.Column(this=column, table=exp.to_identifier(name, quoted=True))
+    for sources in chain:
+        for name, node in sources.items():
+            if isinstance(node, exp.Table) and node.name.lower() == wanted:
+                return exp.Column(this=column, table=exp.to_identifier(name, quoted=True))
+    available = sorted(chain[0]) if chain else []
     raise TemplateError(
         f"unknown table or alias {ph.qualifier!r} in placeholder {{{ph.text}}}",
         line=pos[0],
         col=pos[1],
         hint=f"tables here: {', '.join(available)}" if available else "the query has no FROM clause here",
     )
-
-
-def _enclosing_selects(node: exp.Expression) -> list[exp.Select]:
-    out = []
-    parent = node.find_ancestor(exp.Select)
-    while parent is not None:
-        out.append(parent)
-        parent = parent.find_ancestor(exp.Select)
-    return out
-
-
-def _source_names(select: exp.Select) -> dict[str, str]:
-    """lower(name or alias) -> the alias to qualify with, for each FROM/JOIN item of `select`."""
-    items = []
-    from_ = select.args.get("from_")
-    if from_ is not None:
-        items.append(from_.this)
-    items.extend(j.this for j in select.args.get("joins") or [])
-    names: dict[str, str] = {}
-    for item in items:
-        alias = item.alias
-        if alias:
-            names[alias.lower()] = alias
-            if isinstance(item, exp.Table) and item.name:
-                names.setdefault(item.name.lower(), alias)
-        elif isinstance(item, exp.Table) and item.name:
-            names[item.name.lower()] = item.name
-    return names
 
 
 def _placeholder_position(source: SourceText, literal: exp.Expression, ph: Placeholder) -> tuple[int | None, int | None]:

@@ -1,8 +1,9 @@
 """Planner rules, applied in order by `aisql.planner.optimizer.plan_statement`.
 
-Each rule is a function (plan, statistics) -> plan; rules that need no statistics ignore them.
+Each rule is a `PlannerRule`: a pure function (plan, context) -> plan, one rule per module.
 """
 
+from aisql.planner.context import PlannerRule
 from aisql.planner.rules.choose_anchor import choose_anchor
 from aisql.planner.rules.choose_strategy import choose_strategy
 from aisql.planner.rules.derive_inputs import derive_estimates, derive_inputs
@@ -11,7 +12,7 @@ from aisql.planner.rules.order_filters import order_filters
 from aisql.planner.rules.order_nodes import order_nodes
 from aisql.planner.rules.order_predicates import order_predicates
 
-RULES = (
+RULES: tuple[PlannerRule, ...] = (
     order_nodes,
     derive_estimates,
     order_predicates,

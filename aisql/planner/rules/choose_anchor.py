@@ -14,10 +14,11 @@ import dataclasses
 from sqlglot import exp
 
 from aisql.errors import BindError
+from aisql.planner.context import PlanningContext
 from aisql.planner.plan import AINode, Plan
 
 
-def choose_anchor(plan: Plan, stats=None) -> Plan:
+def choose_anchor(plan: Plan, context: PlanningContext) -> Plan:
     return dataclasses.replace(plan, nodes=tuple(_anchor(node) for node in plan.nodes))
 
 

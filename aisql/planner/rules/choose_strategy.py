@@ -13,11 +13,12 @@ import dataclasses
 
 from sqlglot import exp
 
+from aisql.planner.context import PlanningContext
 from aisql.planner.plan import AINode, Clause, Plan, Strategy
 from aisql.planner.scope import find_bound_call
 
 
-def choose_strategy(plan: Plan, stats=None) -> Plan:
+def choose_strategy(plan: Plan, context: PlanningContext) -> Plan:
     return dataclasses.replace(plan, nodes=tuple(_choose(node) for node in plan.nodes))
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 
 from aisql.planner.inputs import build_input_sql
+from aisql.planner.context import PlanningContext
 from aisql.planner.plan import Plan, Strategy
 from aisql.planner.scope import find_bound_call
 
 
-def derive_estimates(plan: Plan, stats=None) -> Plan:
+def derive_estimates(plan: Plan, context: PlanningContext) -> Plan:
     all_names = {n.function_name.upper() for n in plan.nodes}
     nodes = []
     for node in plan.nodes:
@@ -24,7 +25,7 @@ def derive_estimates(plan: Plan, stats=None) -> Plan:
     return dataclasses.replace(plan, nodes=tuple(nodes))
 
 
-def derive_inputs(plan: Plan, stats=None) -> Plan:
+def derive_inputs(plan: Plan, context: PlanningContext) -> Plan:
     all_names = {n.function_name.upper() for n in plan.nodes}
     available: set[str] = set()
     nodes = []

@@ -3,19 +3,17 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from aisql.planner.conjunct_order import pin_conjunct_order
+from aisql.planner.context import PlanningContext
 from aisql.planner.plan import Plan
-from aisql.planner.rules.order_filters import relocate
+from aisql.planner.rules.order_filters import with_final_ast
 
 
-def guard_filters(plan: Plan, stats=None) -> Plan:
+def guard_filters(plan: Plan, context: PlanningContext) -> Plan:
     if not plan.nodes:
         return plan
     names = {node.function_name.upper() for node in plan.nodes}
     ast = plan.final_ast.copy()
     if not pin_conjunct_order(ast, names):
         return plan
-    nodes = tuple(dataclasses.replace(n, location=relocate(ast, n, names)) for n in plan.nodes)
-    return dataclasses.replace(plan, final_ast=ast, final_sql=ast.sql(dialect="duckdb", comments=False), nodes=nodes)
+    return with_final_ast(plan, ast, names)

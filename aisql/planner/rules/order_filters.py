@@ -14,11 +14,13 @@ import dataclasses
 from sqlglot import exp
 
 from aisql.planner.conjunct_order import filter_holders, split_conjuncts
+from aisql.planner.context import PlanningContext
 from aisql.planner.plan import Plan
 from aisql.planner.scope import bound_call_names, locate
+from aisql.sql.scopes import QueryScopes
 
 
-def order_filters(plan: Plan, stats=None) -> Plan:
+def order_filters(plan: Plan, context: PlanningContext) -> Plan:
     if not plan.nodes:
         return plan
     position = {node.function_name.upper(): i for i, node in enumerate(plan.nodes)}
@@ -47,11 +49,17 @@ def order_filters(plan: Plan, stats=None) -> Plan:
                 changed = True
     if not changed:
         return plan
-    nodes = tuple(dataclasses.replace(n, location=relocate(ast, n, names)) for n in plan.nodes)
+    return with_final_ast(plan, ast, names)
+
+
+def with_final_ast(plan: Plan, ast: exp.Expression, names: set[str]) -> Plan:
+    """`plan` with a rewritten final query: every node's location re-read from the new AST
+    (keeping the order earlier rules chose)."""
+    scopes = QueryScopes(ast)
+    nodes = tuple(
+        dataclasses.replace(
+            n, location=dataclasses.replace(locate(ast, n.call, names, scopes), scope_rank=n.location.scope_rank)
+        )
+        for n in plan.nodes
+    )
     return dataclasses.replace(plan, final_ast=ast, final_sql=ast.sql(dialect="duckdb", comments=False), nodes=nodes)
-
-
-def relocate(ast: exp.Expression, node, names: set[str]):
-    fresh = locate(ast, node.call, names)
-    # Keep the order the previous rules chose; only the AST objects change.
-    return dataclasses.replace(fresh, scope_rank=node.location.scope_rank)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 
 from aisql.planner.inputs import needs_grouping
+from aisql.planner.context import PlanningContext
 from aisql.planner.plan import AINode, Plan
 
 
-def order_nodes(plan: Plan, stats=None) -> Plan:
+def order_nodes(plan: Plan, context: PlanningContext) -> Plan:
     def key(indexed):
         position, node = indexed
         loc = node.location

@@ -16,6 +16,7 @@ import dataclasses
 from typing import Callable, Sequence
 
 from aisql.planner.cost import computed_tokens, filters_rows, leading_key, reduction
+from aisql.planner.context import PlanningContext
 from aisql.planner.plan import AINode, Clause, Plan
 from aisql.planner.scope import find_bound_call
 from aisql.planner.statistics import Statistics
@@ -23,7 +24,8 @@ from aisql.planner.statistics import Statistics
 MAX_DP_PREDICATES = 12
 
 
-def order_predicates(plan: Plan, stats: Statistics | None = None) -> Plan:
+def order_predicates(plan: Plan, context: PlanningContext) -> Plan:
+    stats = context.statistics
     if stats is None:
         return plan
     nodes = list(plan.nodes)

@@ -1,0 +1,68 @@
+"""What planning needs of a model without loading its weights: its prompt format and its shape.
+
+`aisql explain` and the planner of a run whose answers are cached must not pay for the weights,
+nor for importing torch. The tokenizer is read with transformers' fast tokenizer class (Rust
+`tokenizers` underneath; the Auto classes import torch) wherever the model ships a
+`tokenizer.json`; the shape (parameters, layers, KV bytes per token) is measured once by building
+the model on torch's meta device and kept in aisql's cache dir, keyed by the configuration's
+content and the dtype.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from aisql.engine.base import ModelFacts, ModelProfile
+from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
+from aisql.paths import cache_root
+
+PROFILE_VERSION = 1
+
+
+def load_tokenizer(directory: str | os.PathLike):
+    """The model's tokenizer: the fast class directly when a tokenizer.json exists (no torch)."""
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    if (Path(directory) / "tokenizer.json").exists():
+        from transformers.tokenization_utils_tokenizers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(directory)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(directory)
+
+
+def model_facts(directory: str | os.PathLike, name: str, dtype: str) -> ModelFacts:
+    """Prompt format and shape of the model in `directory`, computed in `dtype`, no weights loaded."""
+    encoder = EncodesPrompts()
+    encoder.format = PromptFormat(load_tokenizer(directory))
+    return ModelFacts(format=encoder.format, profile=cached_profile(directory, name, dtype), encode_label=encoder.encode_label)
+
+
+def cached_profile(directory: str | os.PathLike, name: str, dtype: str) -> ModelProfile:
+    """The model's shape from its configuration: measured once (torch, meta device), then read."""
+    config = (Path(directory) / "config.json").read_bytes()
+    key = hashlib.sha256(config + f"\0{dtype}\0{PROFILE_VERSION}".encode()).hexdigest()[:24]
+    path = cache_root() / "profiles" / f"{key}.json"
+    try:
+        return ModelProfile(**{**json.loads(path.read_text()), "name": name})
+    except (OSError, ValueError, TypeError):
+        pass
+    import torch
+
+    from aisql.engine.profile import profile_from_config
+
+    profile = profile_from_config(directory, name, getattr(torch, dtype))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(asdict(profile)))
+        os.replace(temporary, path)
+    except OSError:
+        pass  # an unwritable cache only costs measuring again
+    return profile

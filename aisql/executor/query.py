@@ -1,0 +1,186 @@
+"""The query driver: a script of statements from text to results, and its plans for `explain`.
+
+Every statement is parsed and bound before anything runs (front-end errors come first), then,
+one statement at a time: checked against DuckDB's catalog (no model), planned with statistics —
+selectivities of unhinted AI predicates measured on a sample where their order matters — checked
+against the budget, and run. The Python API (`aisql.api`) and the CLI are thin layers over this.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+from aisql.engine.calibrate import cpu_calibration
+from aisql.errors import AisqlError
+from aisql.executor.budget import Budget
+from aisql.executor.evaluate import OVERFLOW_MODES
+from aisql.executor.measured_statistics import MeasuredStatistics
+from aisql.executor.answering import RunOptions
+from aisql.executor.progress import NoProgress, Progress
+from aisql.executor.run import Executor
+from aisql.executor.run_stats import RunStats
+from aisql.executor.sampling import SampleEvaluator
+from aisql.planner import Plan, PlanningContext, plan_statement
+from aisql.planner.cost import estimate_plan
+from aisql.planner.explain import Explanation
+from aisql.planner.hardware import Hardware, hardware_profile
+from aisql.session import ModelSession, ModelUsed
+from aisql.sql.bind import BoundStatement, bind_statement
+from aisql.sql.parse import parse_script
+from aisql.sql.source import SourceText
+
+_RUNS = itertools.count(1)  # bound call names are unique per process: __aisql_<run>_ai_<n>
+
+
+@dataclass
+class QueryResult:
+    table: pa.Table | None  # the last statement's rows (None if it returned none)
+    stats: RunStats
+    model: ModelUsed | None  # None when the script had no AI calls
+
+
+@dataclass
+class RunRequest:
+    """How to run a script (the options of `aisql run`)."""
+
+    naive: bool = False
+    hardware: str | None = None  # cost the run at this profile's price (stats, --max-cost)
+    price_per_hour: float | None = None
+    max_prompts: int | None = None
+    max_cost: float | None = None
+    on_overflow: str = "error"
+    checkpoint_every: int = 256
+    checkpoint_seconds: float = 10.0
+    progress: Progress | None = None  # None: silence
+
+
+def bind_script(source: SourceText) -> list[BoundStatement]:
+    """Parse and bind every statement before anything runs, so front-end errors come first."""
+    statements = []
+    calls_so_far = 0
+    for statement in parse_script(source):
+        bound = bind_statement(statement, source, function_prefix=f"__aisql_{next(_RUNS)}_", first_call_number=calls_so_far + 1)
+        calls_so_far += len(bound.calls)
+        statements.append(bound)
+    return statements
+
+
+def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: str, request: RunRequest) -> QueryResult:
+    """Run every statement of `sql_text`; the result is the last one that returned rows.
+
+    Answers are committed to the result cache every `checkpoint_every` prompts or
+    `checkpoint_seconds` of model time, so a killed run loses at most one chunk. `max_prompts` /
+    `max_cost` (USD of model time at the hardware's price) stop the run before it crosses the
+    limit: first against the planner's estimate (cached prompts are free), then chunk by chunk."""
+    if request.on_overflow not in OVERFLOW_MODES:
+        raise AisqlError(f"unknown on_overflow mode {request.on_overflow!r}", hint="use error or truncate")
+    started = time.perf_counter()
+    source = SourceText(sql_text)
+    statements = bind_script(source)
+    wants_price = any(v is not None for v in (request.hardware, request.price_per_hour, request.max_cost, request.max_prompts))
+    profile = hardware_profile(request.hardware or session.default_hardware(), request.price_per_hour, cpu_calibration) if wants_price else None
+    budget = None
+    if request.max_prompts is not None or request.max_cost is not None:
+        budget = Budget(request.max_prompts, request.max_cost, price_per_hour=profile.price_per_hour if profile else 0.0)
+    options = RunOptions(
+        checkpoint_every=request.checkpoint_every,
+        checkpoint_seconds=request.checkpoint_seconds,
+        on_overflow=request.on_overflow,
+        budget=budget,
+        progress=request.progress or NoProgress(),
+    )
+    executor = Executor(
+        con,
+        lambda: session.engine,
+        session.store,
+        lock=session.lock,
+        naive=request.naive,
+        model_fingerprint=session.fingerprint,
+        options=options,
+    )
+    samples = None
+    if not request.naive:
+        samples = SampleEvaluator(lambda: session.engine, session.store, session.fingerprint, budget, request.on_overflow)
+    nodes = []
+    table = None
+    for number, bound in enumerate(statements, 1):
+        executor.check(bound, source)
+        stats = None
+        if bound.has_ai and not request.naive:
+            stats = MeasuredStatistics(con, session.facts, sampler=samples)
+        where = "the query" if len(statements) == 1 else f"statement {number}"
+        if budget is not None and stats is not None:
+            # First against an estimate that runs no model (not even selectivity samples),
+            # then against the sampled plan that will run.
+            with stats.sampling_paused():
+                _check_budget(plan_statement(bound, PlanningContext(stats)), stats, session, profile, budget, where)
+        plan = plan_statement(bound, PlanningContext(stats))
+        if budget is not None and stats is not None:
+            _check_budget(plan, stats, session, profile, budget, where)
+        result = executor.run(plan, bound, source, samples)
+        nodes.extend(result.nodes)
+        if result.table is not None:
+            table = result.table
+    used = session.model_used() if nodes else None
+    stats = RunStats(
+        model=used.name if used else session.model_name(),
+        model_note=used.note if used else None,
+        mode="naive" if request.naive else "planned",
+        nodes=nodes,
+        wall_s=time.perf_counter() - started,
+        hardware=profile.name if profile else None,
+        price_per_hour=profile.price_per_hour if profile else None,
+    )
+    return QueryResult(table=table, stats=stats, model=used)
+
+
+def explain_script(
+    con: duckdb.DuckDBPyConnection,
+    session: ModelSession,
+    sql_text: str,
+    *,
+    hardware: str = "cpu",
+    price_per_hour: float | None = None,
+    sample: int = 0,
+) -> Explanation:
+    """Plans of every statement with cost estimates, plan vs naive. No model weights are loaded
+    unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate."""
+    source = SourceText(sql_text)
+    statements = bind_script(source)
+    sampler = SampleEvaluator(lambda: session.engine, session.store, session.fingerprint) if sample else None
+    stats = MeasuredStatistics(con, session.facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0)
+    profile = hardware_profile(hardware, price_per_hour, cpu_calibration)
+    plans = [plan_statement(bound, PlanningContext(stats)) for bound in statements]
+    has_ai = any(p.nodes for p in plans)
+    estimates = [estimate_plan(p, stats, profile) if p.nodes else None for p in plans]
+    model = stats.model.name if has_ai and stats.model else None
+    return Explanation(plans=plans, estimates=estimates, hardware=profile, model=model)
+
+
+def _check_budget(plan: Plan, stats: MeasuredStatistics, session: ModelSession, profile: Hardware, budget: Budget, where: str) -> None:
+    """The planner's estimate of new work — its prompts less the share a sample finds in the
+    result cache — must fit what is left of the budget."""
+    estimate = estimate_plan(plan, stats, profile)
+    prompts = usd = 0.0
+    for node in plan.nodes:
+        node_estimate = estimate.node(node.id)
+        if node_estimate is None or node_estimate.quality != "estimate":
+            continue
+        new_share = 1.0 - _cached_share(node, stats, session)
+        prompts += node_estimate.plan.prompts * new_share
+        usd += node_estimate.plan.usd * new_share
+    budget.check_estimate(prompts, usd, where)
+
+
+def _cached_share(node, stats: MeasuredStatistics, session: ModelSession, size: int = 64) -> float:
+    sample = stats.sample(node, size)
+    if not sample:
+        return 0.0
+    texts = [node.call.template.render(values) for values, _ in sample]
+    found = session.store.get_many(node.call.task.store_key(session.fingerprint()), texts)
+    return len(found) / len(texts)
