@@ -3,12 +3,38 @@
     import aisql
     con = aisql.connect(model="tiny")
     con.run("SELECT AI.IF(PROMPT('Is {0} a fruit?', 'apple')) AS yes").table
+
+The public names load on first use, so `aisql --version` or a fully cached rerun import only
+what they need.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-from aisql.api import Connection, QueryResult, connect  # noqa: E402
-from aisql.errors import AisqlError  # noqa: E402
-from aisql.duckdb_functions import DuckDBFunctions, register  # noqa: E402
+_EXPORTS = {
+    "AisqlError": "aisql.errors",
+    "Connection": "aisql.api",
+    "QueryResult": "aisql.api",
+    "connect": "aisql.api",
+    "DuckDBFunctions": "aisql.duckdb_functions",
+    "register": "aisql.duckdb_functions",
+}
+__all__ = ["AisqlError", "Connection", "DuckDBFunctions", "QueryResult", "__version__", "connect", "register"]
 
-__all__ = ["AisqlError", "Connection", "QueryResult", "__version__", "connect", "register"]
+if TYPE_CHECKING:  # pragma: no cover
+    from aisql.api import Connection, QueryResult, connect
+    from aisql.duckdb_functions import DuckDBFunctions, register
+    from aisql.errors import AisqlError
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aisql' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

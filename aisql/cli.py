@@ -16,7 +16,6 @@ from rich.console import Console
 
 from aisql import __version__
 from aisql.errors import AisqlError, DataError
-from aisql.progress_bar import RichProgress
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -205,7 +204,11 @@ def run(
         raise AisqlError("give either --cache PATH or --no-cache, not both")
     cache = False if no_cache else (cache_path or True)
     con = _connect(db, tables, query_dir, model=model, engine_options=options, cache=cache)
-    progress = RichProgress(stderr) if stderr.is_terminal and not quiet else None
+    progress = None
+    if stderr.is_terminal and not quiet:
+        from aisql.progress_bar import RichProgress
+
+        progress = RichProgress(stderr)
     try:
         result = con.run(
             text,

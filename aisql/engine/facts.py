@@ -1,9 +1,8 @@
 """What planning needs of a model without loading its weights: its prompt format and its shape.
 
 `aisql explain` and the planner of a run whose answers are cached must not pay for the weights,
-nor for importing torch. The tokenizer is read with transformers' fast tokenizer class (Rust
-`tokenizers` underneath; the Auto classes import torch) wherever the model ships a
-`tokenizer.json`; the shape (parameters, layers, KV bytes per token) is measured once by building
+nor for importing torch or transformers. The tokenizer is read from the model's `tokenizer.json`
+with Rust `tokenizers` (aisql.engine.light_tokenizer) wherever the model ships one; the shape (parameters, layers, KV bytes per token) is measured once by building
 the model on torch's meta device and kept in aisql's cache dir, keyed by the configuration's
 content and the dtype.
 """
@@ -24,16 +23,16 @@ PROFILE_VERSION = 1
 
 
 def load_tokenizer(directory: str | os.PathLike):
-    """The model's tokenizer: the fast class directly when a tokenizer.json exists (no torch)."""
+    """The model's tokenizer for planning: read from tokenizer.json without transformers where
+    the model ships one (aisql.engine.light_tokenizer), else transformers' own."""
+    from aisql.engine.light_tokenizer import LightTokenizer
+
+    if LightTokenizer.available(directory):
+        return LightTokenizer(directory)
     import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    if (Path(directory) / "tokenizer.json").exists():
-        from transformers.tokenization_utils_tokenizers import PreTrainedTokenizerFast
-
-        return PreTrainedTokenizerFast.from_pretrained(directory)
     from transformers import AutoTokenizer
 
+    transformers.utils.logging.set_verbosity_error()
     return AutoTokenizer.from_pretrained(directory)
 
 
@@ -46,9 +45,7 @@ def model_facts(directory: str | os.PathLike, name: str, dtype: str) -> ModelFac
 
 def cached_profile(directory: str | os.PathLike, name: str, dtype: str) -> ModelProfile:
     """The model's shape from its configuration: measured once (torch, meta device), then read."""
-    config = (Path(directory) / "config.json").read_bytes()
-    key = hashlib.sha256(config + f"\0{dtype}\0{PROFILE_VERSION}".encode()).hexdigest()[:24]
-    path = cache_root() / "profiles" / f"{key}.json"
+    path = _profile_path(directory, dtype)
     try:
         return ModelProfile(**{**json.loads(path.read_text()), "name": name})
     except (OSError, ValueError, TypeError):
@@ -58,6 +55,15 @@ def cached_profile(directory: str | os.PathLike, name: str, dtype: str) -> Model
     from aisql.engine.profile import profile_from_config
 
     profile = profile_from_config(directory, name, getattr(torch, dtype))
+    remember_profile(directory, dtype, profile)
+    return profile
+
+
+def remember_profile(directory: str | os.PathLike, dtype: str, profile: ModelProfile) -> None:
+    """Keep a shape measured on the loaded model, so later planning needs no torch."""
+    path = _profile_path(directory, dtype)
+    if path.exists():
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -65,4 +71,9 @@ def cached_profile(directory: str | os.PathLike, name: str, dtype: str) -> Model
         os.replace(temporary, path)
     except OSError:
         pass  # an unwritable cache only costs measuring again
-    return profile
+
+
+def _profile_path(directory: str | os.PathLike, dtype: str) -> Path:
+    config = (Path(directory) / "config.json").read_bytes()
+    key = hashlib.sha256(config + f"\0{dtype}\0{PROFILE_VERSION}".encode()).hexdigest()[:24]
+    return cache_root() / "profiles" / f"{key}.json"

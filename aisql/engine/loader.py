@@ -232,7 +232,7 @@ def load_hf_directory(
     on_cuda = device.type == "cuda"
     from aisql.engine.speculative import SpeculationConfig
 
-    return HFEngine(
+    engine = HFEngine(
         model,
         tokenizer,
         info,
@@ -242,6 +242,11 @@ def load_hf_directory(
         prefix_cache=options.prefix_cache,
         speculation=SpeculationConfig() if options.speculative else None,
     )
+    if not options.quantize:  # the shape of these weights, for planning later runs without torch
+        from aisql.engine.facts import remember_profile
+
+        remember_profile(directory, info.dtype, engine.runner.profile)
+    return engine
 
 
 def default_kv_budget(device) -> int:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Sequence
-
-from rich.tree import Tree
+from typing import TYPE_CHECKING, Sequence
 
 from aisql.planner.cost import NodeEstimate, PlanEstimate, Side
 from aisql.planner.hardware import Hardware
 from aisql.planner.plan import AINode, Plan, Strategy
+
+if TYPE_CHECKING:
+    from rich.tree import Tree
 
 
 @dataclass
@@ -107,6 +108,8 @@ def plan_to_dict(plan: Plan, estimate: PlanEstimate | None) -> dict:
 
 
 def plans_tree(plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], header: str = "") -> Tree:
+    from rich.tree import Tree
+
     root = Tree("[bold]Plan[/bold]" + (f"  [dim]{header}[/dim]" if header else ""))
     for index, (plan, estimate) in enumerate(zip(plans, estimates), start=1):
         first = " ".join(_without_comments(plan.statement_sql).split())
