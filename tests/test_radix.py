@@ -39,6 +39,9 @@ def check_invariants(cache: RadixCache) -> None:
         for first, child in node.children.items():
             assert child.tokens[0] == first and child.start == node.end
     assert used == cache.used_bytes <= cache.budget_bytes
+    # The evictable set the cache keeps incrementally is exactly the KV leaves.
+    leaves = {n for n in cache.nodes() if n.kv is not None and not any(c.kv is not None for c in n.children.values())}
+    assert cache._kv_leaves == leaves
 
 
 prompts = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=1, max_size=12)
@@ -49,42 +52,67 @@ prompts = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_siz
 def test_insert_store_match_evict(prompts, budget_tokens, data):
     cache = RadixCache(budget_bytes=budget_tokens * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
     for prompt in prompts:
-        chain = cache.insert_path(prompt)
+        chain = cache.insert(prompt)
         assert [t for n in chain for t in n.tokens] == prompt
-        pinned = data.draw(st.booleans())
-        if pinned:
-            cache.pin([n for n in chain if n.kv is not None])
+        locked = cache.deepest_cached(chain) if data.draw(st.booleans()) else None
+        if locked is not None:
+            cache.lock(locked)
         before = {id(n) for n in cache.nodes() if n.kv is not None and n.pins}
-        for node in chain:
-            if node.kv is None and not cache.store(node, fake_kv(node.tokens)):
-                break
-        # Pinned KV is never evicted.
+        inserted = cache.insert_kv(chain, lambda start, end: fake_kv(prompt[start:end]))
+        assert inserted.complete == all(n.kv is not None for n in chain)
+        # Locked KV is never evicted.
         assert before <= {id(n) for n in cache.nodes() if n.kv is not None}
-        if pinned:
-            cache.unpin([n for n in chain if n.pins])
+        if locked is not None:
+            cache.unlock(locked)
+        assert all(n.pins == 0 for n in cache.nodes())
         check_invariants(cache)
         # The longest cached prefix: read back, it spells the prompt's beginning.
-        node, length = cache.match(prompt)
-        if length:
-            assert spelled(cache.gather(node, length)) == prompt[:length]
+        match = cache.match_prefix(prompt)
+        if match.length:
+            assert spelled(cache.gather(match.node, match.length)) == prompt[: match.length]
         # Splits by later inserts keep earlier KV intact.
         for other in prompts:
-            node, length = cache.match(other)
-            if length:
-                assert spelled(cache.gather(node, length)) == other[:length]
+            match = cache.match_prefix(other)
+            if match.length:
+                assert spelled(cache.gather(match.node, match.length)) == other[: match.length]
     cache.evict(cache.used_bytes)
     assert cache.used_bytes == 0 and all(n.kv is None for n in cache.nodes())
+    check_invariants(cache)
 
+
+def test_least_recently_used_policy():
+    from aisql.engine.eviction import LeastRecentlyUsed
+
+    cache = RadixCache(budget_bytes=4 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN, policy=LeastRecentlyUsed())
+    old, new = cache.insert([1, 2]), cache.insert([3, 4])
+    cache.insert_kv(old, lambda s, e: fake_kv([1, 2][s:e]))
+    cache.insert_kv(new, lambda s, e: fake_kv([3, 4][s:e]))
+    old[0].pending = 5  # an expected-reuse policy would keep it; least-recently-used does not
+    (extra,) = cache.insert([5, 6])
+    assert cache.store(extra, fake_kv([5, 6]))
+    assert old[0].kv is None and new[0].kv is not None
+
+
+def test_kv_segments_read_a_path_in_place():
+    cache = RadixCache(budget_bytes=100 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
+    chain = cache.insert([1, 2, 3])
+    cache.insert([1, 2, 4])  # splits [1, 2, 3] into [1, 2] + [3]
+    chain = cache.insert([1, 2, 3])
+    cache.insert_kv(chain, lambda s, e: fake_kv([1, 2, 3][s:e]))
+    pieces = cache.kv_segments(chain[-1], 3)
+    assert [(part.tokens, count) for part, count in pieces] == [((1, 2), 2), ((3,), 1)]
+    assert all(part.kv is not None for part, _ in pieces)
+    assert [(part.tokens, count) for part, count in cache.kv_segments(chain[-1], 1)] == [((1, 2), 1)]
 
 def test_eviction_prefers_low_value_then_least_recent():
     cache = RadixCache(budget_bytes=6 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
-    shared, old, new = cache.insert_path([1, 2]), cache.insert_path([1, 2, 3, 4]), cache.insert_path([1, 2, 5, 6])
+    shared, old, new = cache.insert([1, 2]), cache.insert([1, 2, 3, 4]), cache.insert([1, 2, 5, 6])
     for node in shared + old[1:] + new[1:]:
         assert cache.store(node, fake_kv(node.tokens))
     cache.touch(new[-1])
     shared[0].pending = 3  # the running call still needs [1, 2]
     # Storing two more tokens evicts the least recently used leaf, never the pending prefix.
-    extra = cache.insert_path([1, 2, 7, 8])
+    extra = cache.insert([1, 2, 7, 8])
     assert cache.store(extra[-1], fake_kv(extra[-1].tokens))
     assert old[-1].kv is None and new[-1].kv is not None and shared[0].kv is not None
     assert cache.stats.evicted_bytes == 2 * BYTES_PER_TOKEN
@@ -92,7 +120,7 @@ def test_eviction_prefers_low_value_then_least_recent():
 
 def test_recomputing_an_evicted_node_is_regret():
     cache = RadixCache(budget_bytes=100 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
-    (node,) = cache.insert_path([1, 2, 3])
+    (node,) = cache.insert([1, 2, 3])
     cache.record_computed(node)
     cache.store(node, fake_kv(node.tokens))
     cache.evict(cache.used_bytes)
@@ -102,7 +130,7 @@ def test_recomputing_an_evicted_node_is_regret():
 
 def test_a_node_too_big_for_the_budget_is_not_stored():
     cache = RadixCache(budget_bytes=2 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
-    (node,) = cache.insert_path([1, 2, 3])
+    (node,) = cache.insert([1, 2, 3])
     assert not cache.store(node, fake_kv(node.tokens))
     assert cache.used_bytes == 0
 
@@ -122,6 +150,6 @@ def test_released_requests_stop_protecting_their_prefixes():
     scheduler.release(done_group)
     assert finished_anchor.pending == 0 and waiting_anchor.pending == 2
     cache.touch(finished_anchor)  # even if used more recently,
-    (new,) = cache.insert_path([9, 9])
+    (new,) = cache.insert([9, 9])
     assert cache.store(new, fake_kv(new.tokens))
     assert finished_anchor.kv is None and waiting_anchor.kv is not None  # the finished prefix goes first

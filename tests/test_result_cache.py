@@ -49,7 +49,7 @@ def test_store_keeps_answers_per_task(tmp_path: Path):
     assert store.stats()["entries"] == 2 and store.integrity() == "ok"
     store.close()
     reopened = SqliteAnswerStore(tmp_path / "answers.sqlite")
-    assert reopened.get("model-a/if", "y") == Answer(False, 6, 0.7)
+    assert reopened.get_many("model-a/if", ["y"]) == {"y": Answer(False, 6, 0.7)}
     assert reopened.clear() == 2 and reopened.stats()["entries"] == 0
 
 

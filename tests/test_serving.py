@@ -71,13 +71,13 @@ def test_kv_admission_limit_holds(engine):
     limit = needs[-1] + needs[-2]  # room for two of them at a time
     serving = ServingEngine(engine, max_kv_tokens=limit)
     most = []
-    decode = serving._decode_pass
+    decode = serving._decode
 
     def counting_decode():
-        most.append(sum(len(s.handle.request.prompt_ids) + s.handle.request.max_tokens for s in serving._rows))
+        most.append(sum(len(s.handle.request.prompt_ids) + s.handle.request.max_tokens for s in serving.batch.rows))
         decode()
 
-    serving._decode_pass = counting_decode
+    serving._decode = counting_decode
     try:
         got = run_all(serving, [ServeRequest(p, 20) for p in texts])
     finally:
@@ -114,7 +114,7 @@ def test_cancel_before_and_during(engine):
         assert collector.finished[0].finish_reason == "cancelled"
     finally:
         serving.close()
-    assert serving._rows == [] and serving._cache is None
+    assert serving.batch.rows == [] and serving.batch.cache is None
 
 
 def test_rejects_what_cannot_fit(engine):

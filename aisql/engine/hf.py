@@ -19,11 +19,12 @@ from typing import Sequence
 import torch
 
 from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelFacts, ModelInfo, ScoreRequest
-from aisql.engine.model_runner import BatchOutput, ModelRunner
+from aisql.engine.model_runner import BatchOutput, ModelRunner, Row
 from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
 from aisql.engine.radix import RadixCache
 from aisql.engine.scheduler import Scheduler, Work
-from aisql.engine.speculative import NgramIndex, SpeculationConfig, accepted_length
+from aisql.engine.decode import DecodeRow, decode_pass, greedy_accept, settle
+from aisql.engine.speculative import NgramIndex, SpeculationConfig
 
 
 class HFEngine(EncodesPrompts):
@@ -67,9 +68,7 @@ class HFEngine(EncodesPrompts):
     def reset_cache(self) -> None:
         """Forget every cached prefix and its history (KV, structure, regret bookkeeping)."""
         with self.lock:
-            old = self.radix
-            self.radix = RadixCache(old.budget_bytes, old.bytes_per_token, old.recompute_cost)
-            self.radix.stats = old.stats  # counters are cumulative over the engine's life
+            self.radix = self.radix.empty_like()  # counters are cumulative over the engine's life
             self.scheduler.radix = self.radix
 
     # ---- scoring ---------------------------------------------------------------------------
@@ -191,19 +190,18 @@ class HFEngine(EncodesPrompts):
         last = out.hidden[rows, torch.tensor(out.lengths, device=self.device) - 1]
         next_tokens = torch.argmax(self.runner.logits(last), dim=-1).tolist()
 
-        config = self.speculation if speculative and self.speculation is not None else None
-        positions = [out.prefix_lengths[b] + out.lengths[b] for b in range(len(batch))]
+        drafting = speculative and self.speculation is not None
         outputs: list[list[int]] = [[] for _ in batch]
         steps = [0] * len(batch)
         finish: list[str | None] = [None] * len(batch)
-        indexes = [self.drafter(list(r.prompt_ids)) for r in requests] if config else None
+        indexes = [self.drafter(list(r.prompt_ids)) for r in requests] if drafting else None
+        decode_rows = [DecodeRow(-1, out.prefix_lengths[b] + out.lengths[b]) for b in range(len(batch))]
         active = list(range(len(batch)))
         pending = {b: [next_tokens[b]] for b in active}  # model-chosen tokens not yet emitted
 
         while True:
             # Emit the model's tokens, stopping rows at an end token or at max_tokens.
             still = []
-            feeds = {}
             for b in active:
                 for token in pending[b]:
                     steps[b] += 1
@@ -216,7 +214,7 @@ class HFEngine(EncodesPrompts):
                         break
                 if finish[b] is None:
                     still.append(b)
-                    feeds[b] = outputs[b][-1]
+                    decode_rows[b].feed = outputs[b][-1]
                     if indexes:
                         indexes[b].extend(pending[b])
             if not still:
@@ -226,37 +224,19 @@ class HFEngine(EncodesPrompts):
                 cache.batch_select_indices(keep)
                 mask = mask[keep]
             active = still
-            drafts = {}
             for b in active:
                 limit = requests[b].max_tokens - len(outputs[b]) - 1
-                drafts[b] = indexes[b].propose(limit) if indexes else []
-            width = 1 + max(len(drafts[b]) for b in active)
-            ids = torch.full((len(active), width), self.runner.pad_id, dtype=torch.long, device=self.device)
-            new_mask = torch.zeros((len(active), width), dtype=torch.long, device=self.device)
-            position_ids = torch.zeros((len(active), width), dtype=torch.long, device=self.device)
+                decode_rows[b].draft = indexes[b].propose(limit) if indexes else []
+            step_rows = [decode_rows[b] for b in active]
+            step = decode_pass(self.runner, cache, mask, step_rows)
+            accepted = []
             for row, b in enumerate(active):
-                fed = [feeds[b]] + drafts[b]
-                ids[row, : len(fed)] = torch.tensor(fed, device=self.device)
-                new_mask[row, : len(fed)] = 1
-                position_ids[row] = torch.arange(positions[b], positions[b] + width, device=self.device)
-            mask = torch.cat([mask, new_mask], dim=1)
-            hidden = self.runner.forward(ids, cache, attention_mask=mask, position_ids=position_ids)
-            greedy = torch.argmax(self.runner.logits(hidden), dim=-1).tolist()
-            for row, b in enumerate(active):
-                draft = drafts[b]
-                accepted = accepted_length(draft, greedy[row])
-                # Slots of rejected draft tokens hold KV of tokens that are not in the sequence.
-                mask[row, mask.shape[1] - width + 1 + accepted :] = 0
-                pending[b] = draft[:accepted] + [greedy[row][accepted]]
-                self.runner.count(1 + accepted, positions[b])
-                self.stats.flops += self.runner.profile.flops(len(draft) - accepted, positions[b] + 1 + accepted)
-                positions[b] += 1 + accepted
-                self.stats.draft_tokens += len(draft)
-                self.stats.draft_accepted_tokens += accepted
-                self.stats.padding_tokens += width - 1 - len(draft)
+                pending[b], kept = greedy_accept(decode_rows[b].draft, step.logits[row])
+                accepted.append(kept)
                 if indexes:
-                    indexes[b].feedback(len(draft), accepted)
-            self.stats.decode_passes += 1
+                    indexes[b].feedback(len(decode_rows[b].draft), kept)
+            settle(self.runner, self.stats, step, step_rows, accepted)
+            mask = step.mask
         self.stats.generated_tokens += sum(steps)
         return [
             Generation(
@@ -267,6 +247,55 @@ class HFEngine(EncodesPrompts):
             )
             for b in range(len(batch))
         ]
+
+    # ---- serving: the calls the serving loop makes ----------------------------------------
+    def cached_prefix_length(self, prompt: Sequence[int]) -> int:
+        """Prompt tokens the prefix cache would serve now (all but the last at most: its hidden
+        state gives the first output token)."""
+        if not self.prefix_cache:
+            return 0
+        return min(self.radix.match_prefix(prompt).length, len(prompt) - 1)
+
+    def prefill(self, prompts: Sequence[Sequence[int]]) -> tuple[BatchOutput, list[int]]:
+        """Prefill several prompts in one pass, each from its deepest cached prefix (prefixes they
+        share but the tree lacks are computed once first), storing their KV in the tree. Returns
+        the pass (its cache kept, one row per prompt) and each prompt's cached length."""
+        if not self.prefix_cache:  # nothing enters the tree, not even as structure
+            works = [Work(Row(self.radix.root, 0, list(p)), [], i, p) for i, p in enumerate(prompts)]
+            return self.run_rows(works, keep_cache=True, store=False), [0] * len(works)
+        chains = self.scheduler.admit(prompts)
+        try:
+            self.compute_shared(chains)
+            works = [self.scheduler.refresh(self.scheduler.leaf_work(i, p, chains[i], True)) for i, p in enumerate(prompts)]
+            out = self.run_rows(works, keep_cache=True, store=True)
+        finally:
+            self.scheduler.release(chains)
+        return out, [w.row.prefix_len for w in works]
+
+    def start_sequence(self, prompt: Sequence[int]):
+        """A new KV cache for one sequence, seeded with the longest prefix the tree holds (all but
+        the last prompt token at most). Returns (cache, cached tokens)."""
+        cache = self.runner.new_cache()
+        cached = 0
+        if self.prefix_cache:
+            match = self.radix.match_prefix(prompt)
+            cached = min(match.length, len(prompt) - 1)
+            if cached:
+                for layer, (k, v) in enumerate(self.radix.gather(match.node, cached)):
+                    self.runner.seed_layer(cache, layer, k.unsqueeze(0), v.unsqueeze(0))  # gather made new tensors
+                self.radix.touch(match.node)
+        self.stats.kv_hit_tokens += cached
+        return cache, cached
+
+    def store_sequence(self, tokens: Sequence[int], kv_of) -> None:
+        """Keep a sequence's KV in the tree for the next turn; `kv_of(start, end)` gives the KV of
+        positions [start, end)."""
+        if not self.prefix_cache or not tokens:
+            return
+        chain = self.radix.insert(tokens)
+        self.radix.record_use(chain)
+        self.radix.insert_kv(chain, kv_of)
+        self.radix.touch(chain[-1])
 
     # ---- shared mechanics ------------------------------------------------------------------
     def compute_shared(self, chains) -> None:
@@ -285,8 +314,8 @@ class HFEngine(EncodesPrompts):
         The caller refreshes `batch` first (`Scheduler.refresh`), so every prefix it reads is
         cached now; pins keep it so until the pass is done. `requests`: the rows are requests'
         own rows, so their cached prefixes count as hits (rows filling the cache do not)."""
-        prefixes = [n for w in batch for n in w.row.prefix.path()]
-        self.radix.pin(prefixes)
+        for work in batch:
+            self.radix.lock(work.row.prefix)
         try:
             out = self.runner.run([w.row for w in batch], self.radix, keep_cache)
             for b, work in enumerate(batch):
@@ -297,15 +326,12 @@ class HFEngine(EncodesPrompts):
                 for node in work.nodes:
                     self.radix.record_computed(node)
                 if store:
-                    for node in work.nodes:
-                        if node.kv is None:
-                            start = work.offset_of(node)
-                            kv = self.runner.new_kv(out, b, start, start + len(node.tokens))
-                            if not self.radix.store(node, kv):
-                                break
+                    offset = work.row.prefix_len
+                    self.radix.insert_kv(work.nodes, lambda start, end: self.runner.new_kv(out, b, start - offset, end - offset))
             return out
         finally:
-            self.radix.unpin(prefixes)
+            for work in batch:
+                self.radix.unlock(work.row.prefix)
 
     def sync_cache_stats(self) -> None:
         stats = self.radix.stats

@@ -2,39 +2,40 @@
 
 Every prompt the engine sees is a path from the root; an edge holds a run of tokens and, when
 cached, their keys and values for every layer. Any prompt reuses the longest cached prefix,
-whoever computed it: another row, another AI node, an earlier query.
+whoever computed it: another row, another AI node, an earlier query, an earlier conversation turn.
 
-Memory is bounded in bytes. Eviction is by value — expected reuse x recompute cost / bytes, with
-least-recently-used as the tie-break — and only ever removes the KV of a node none of whose
-descendants holds KV (a child is useless without its ancestors) and that no running batch has
-pinned. An evicted node stays in the tree as a *ghost* (tokens, no tensors): recomputing a ghost
-is counted as KV regret, tokens computed more than once.
+The interface (after SGLang's BasePrefixCache, with typed results):
+- `match_prefix(tokens) -> Match`: the deepest cached node prefixing `tokens`;
+- `insert(tokens) -> chain`: the path's nodes as structure (ghosts until they get KV);
+- `insert_kv(chain, kv_of) -> Inserted`: store the KV of a computed path, top-down;
+- `lock(node)` / `unlock(node)`: a batch reading a path keeps all of it from eviction;
+- `kv_segments(node, length)`: the cached pieces of a path, to read in place; `gather` copies
+  them into one tensor per layer;
+- `evict(bytes) -> Evicted`.
+
+Memory is bounded in bytes. Only KV leaves are evicted (a child's KV is useless without its
+ancestors'), none that is locked, in the order an `EvictionPolicy` gives. The cache keeps the set
+of KV leaves up to date as nodes gain and lose KV, so an eviction orders that set (a heap), never
+walks the tree. An evicted node stays as a *ghost* (tokens, no tensors): recomputing a ghost is
+counted as KV regret, tokens computed more than once.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import torch
 
+from aisql.engine.eviction import EvictionPolicy, ExpectedReuse
+
 LayerKV = tuple[torch.Tensor, torch.Tensor]  # keys, values: [kv_heads, tokens, head_dim]
 
 
 class RadixNode:
-    __slots__ = (
-        "tokens",
-        "parent",
-        "children",
-        "start",
-        "kv",
-        "pending",
-        "pins",
-        "uses",
-        "last_access",
-        "computed",
-    )
+    __slots__ = ("tokens", "parent", "children", "start", "kv", "cached_children", "pending", "pins", "uses", "last_access", "computed")
 
     def __init__(self, tokens: tuple[int, ...], parent: "RadixNode | None", start: int) -> None:
         self.tokens = tokens  # the edge from the parent
@@ -42,8 +43,9 @@ class RadixNode:
         self.children: dict[int, RadixNode] = {}
         self.start = start  # position of tokens[0] in every prompt through this node
         self.kv: list[LayerKV] | None = None
+        self.cached_children = 0  # children holding KV (a node with none is a KV leaf)
         self.pending = 0  # requests of the running call that pass through this node
-        self.pins = 0  # running batches that read this node's KV
+        self.pins = 0  # locks held by batches reading this node's KV
         self.uses = 0  # requests that ever passed through (reuse history)
         self.last_access = 0
         self.computed = 0  # times its tokens were run through the model
@@ -71,12 +73,27 @@ class RadixNode:
         return f"RadixNode([{self.start}:{self.end}] {state} pending={self.pending})"
 
 
+@dataclass(frozen=True)
+class Match:
+    node: RadixNode  # deepest node whose whole path has KV and prefixes the tokens (the root: none)
+    length: int  # tokens of that path
+
+
+@dataclass(frozen=True)
+class Inserted:
+    stored_tokens: int  # tokens whose KV was stored by this call
+    complete: bool  # every node of the chain holds KV now
+
+
+@dataclass(frozen=True)
+class Evicted:
+    bytes: int
+    nodes: int
+
+
 @dataclass
 class RadixStats:
-    hit_tokens: int = 0  # prompt tokens served from cached KV
-    inserted_tokens: int = 0
     evicted_bytes: int = 0
-    evicted_tokens: int = 0
     regret_tokens: int = 0  # tokens computed although they had been computed before
     peak_bytes: int = 0
 
@@ -90,20 +107,29 @@ class RadixCache:
         bytes_per_token: int,
         recompute_cost: Callable[[int, int], float] | None = None,
         max_ghost_tokens: int = 20_000_000,
+        policy: EvictionPolicy | None = None,
     ) -> None:
         self.root = RadixNode((), None, 0)
         self.budget_bytes = budget_bytes
         self.bytes_per_token = bytes_per_token
         # FLOPs to recompute tokens [start, end): by default proportional to their number.
         self.recompute_cost = recompute_cost or (lambda start, end: float(end - start))
+        self.policy: EvictionPolicy = policy or ExpectedReuse(self.recompute_cost, bytes_per_token)
         self.max_ghost_tokens = max_ghost_tokens
         self.used_bytes = 0
         self.ghost_tokens = 0
         self.stats = RadixStats()
+        self._kv_leaves: set[RadixNode] = set()
         self._clock = itertools.count(1)
 
+    def empty_like(self) -> "RadixCache":
+        """A new, empty cache with this one's budget, cost model and policy; counters carried on."""
+        fresh = RadixCache(self.budget_bytes, self.bytes_per_token, self.recompute_cost, self.max_ghost_tokens, self.policy)
+        fresh.stats = self.stats
+        return fresh
+
     # ---- structure -------------------------------------------------------------------------
-    def insert_path(self, tokens: Sequence[int]) -> list[RadixNode]:
+    def insert(self, tokens: Sequence[int]) -> list[RadixNode]:
         """The chain of nodes spelling `tokens` exactly, creating (ghost) nodes and splitting
         edges as needed. The last node ends at len(tokens)."""
         tokens = tuple(tokens)
@@ -126,7 +152,7 @@ class RadixCache:
             node = child
         return chain
 
-    def match(self, tokens: Sequence[int]) -> tuple[RadixNode, int]:
+    def match_prefix(self, tokens: Sequence[int]) -> Match:
         """Deepest node whose whole path has KV and is a prefix of `tokens`, and its length."""
         tokens = tuple(tokens)
         node = self.root
@@ -141,10 +167,11 @@ class RadixCache:
             position += len(child.tokens)
             node = best = child
             best_len = position
-        return best, best_len
+        return Match(best, best_len)
 
     def deepest_cached(self, chain: Sequence[RadixNode]) -> RadixNode:
-        """Along a chain from the root, the last node before the first one without KV."""
+        """Along a chain from the root, the last node before the first one without KV (the root
+        when the first has none)."""
         best = self.root
         for node in chain:
             if node.kv is None:
@@ -166,6 +193,7 @@ class RadixCache:
         if node.kv is not None:
             upper.kv = [(k[:, :at].clone(), v[:, :at].clone()) for k, v in node.kv]
             node.kv = [(k[:, at:].clone(), v[:, at:].clone()) for k, v in node.kv]
+            upper.cached_children = 1  # `node` stays the KV leaf (or not) it was
         return upper
 
     # ---- KV --------------------------------------------------------------------------------
@@ -188,30 +216,44 @@ class RadixCache:
         node.kv = kv
         self.used_bytes += size
         self.ghost_tokens -= len(node.tokens)
-        self.stats.inserted_tokens += len(node.tokens)
         self.stats.peak_bytes = max(self.stats.peak_bytes, self.used_bytes)
+        self._kv_leaves.add(node)
+        parent = node.parent
+        parent.cached_children += 1
+        self._kv_leaves.discard(parent)
         self.touch(node)
         return True
 
-    def value(self, node: RadixNode) -> float:
-        """Expected reuse x recompute cost / bytes: what keeping this KV is worth per byte."""
-        expected = node.pending + (0.5 if node.uses > 1 else 0.0)
-        return expected * self.recompute_cost(node.start, node.end) / max(1, self.node_bytes(node))
+    def insert_kv(self, chain: Sequence[RadixNode], kv_of: Callable[[int, int], list[LayerKV]]) -> Inserted:
+        """Store the KV of a computed path, top-down, for its nodes that lack it; `kv_of(start,
+        end)` gives the KV of positions [start, end). Stops at the first node the budget cannot
+        hold (its descendants would be useless without it)."""
+        stored = 0
+        for node in chain:
+            if node.kv is not None:
+                continue
+            if not self.store(node, kv_of(node.start, node.end)):
+                return Inserted(stored, False)
+            stored += len(node.tokens)
+        return Inserted(stored, True)
 
-    def evict(self, need_bytes: int, protect: RadixNode | None = None) -> int:
-        """Free at least `need_bytes` (if possible) from the lowest-value evictable nodes."""
-        freed = 0
-        while freed < need_bytes:
-            candidates = [n for n in self._kv_leaves() if n.pins == 0 and n is not protect and not _is_ancestor(n, protect)]
-            if not candidates:
-                break
-            candidates.sort(key=lambda n: (self.value(n), n.last_access))
-            for node in candidates:
-                if freed >= need_bytes:
-                    break
-                freed += self._drop_kv(node)
+    def evict(self, need_bytes: int, protect: RadixNode | None = None) -> Evicted:
+        """Free at least `need_bytes` (if possible) from KV leaves in policy order; never a
+        locked node, nor `protect` or its ancestors."""
+        kept = set(protect.path()) if protect is not None else set()
+        order = itertools.count()
+        heap = [(self.policy.priority(n), next(order), n) for n in self._kv_leaves if n.pins == 0 and n not in kept]
+        heapq.heapify(heap)
+        freed = nodes = 0
+        while freed < need_bytes and heap:
+            _, _, node = heapq.heappop(heap)
+            freed += self._drop_kv(node)
+            nodes += 1
+            parent = node.parent
+            if parent in self._kv_leaves and parent.pins == 0 and parent not in kept:
+                heapq.heappush(heap, (self.policy.priority(parent), next(order), parent))
         self._prune_ghosts()
-        return freed
+        return Evicted(freed, nodes)
 
     def _drop_kv(self, node: RadixNode) -> int:
         size = self.node_bytes(node)
@@ -219,18 +261,12 @@ class RadixCache:
         self.used_bytes -= size
         self.ghost_tokens += len(node.tokens)
         self.stats.evicted_bytes += size
-        self.stats.evicted_tokens += len(node.tokens)
+        self._kv_leaves.discard(node)
+        parent = node.parent
+        parent.cached_children -= 1
+        if parent.kv is not None and parent.cached_children == 0:
+            self._kv_leaves.add(parent)
         return size
-
-    def _kv_leaves(self) -> Iterator[RadixNode]:
-        """Nodes with KV whose children all lack KV (evicting them keeps every path usable)."""
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            cached_children = [c for c in node.children.values() if c.kv is not None]
-            if node.kv is not None and not cached_children:
-                yield node
-            stack.extend(cached_children)
 
     def _prune_ghosts(self) -> None:
         """Forget the oldest ghost leaves when the structure grows past its cap (regret then undercounts)."""
@@ -244,11 +280,40 @@ class RadixCache:
             del node.parent.children[node.tokens[0]]
             self.ghost_tokens -= len(node.tokens)
 
+    # ---- reading ---------------------------------------------------------------------------
+    def kv_segments(self, node: RadixNode, length: int) -> list[tuple[RadixNode, int]]:
+        """The path to `node` as (node, tokens to read from it) pieces covering `length` tokens:
+        what a kernel reading cached KV in place needs (no copy)."""
+        pieces = []
+        for part in node.path():
+            if part.start >= length:
+                break
+            pieces.append((part, min(part.end, length) - part.start))
+        return pieces
+
+    def gather(self, node: RadixNode, length: int) -> list[LayerKV]:
+        """KV of the path to `node`, truncated to `length` tokens, per layer ([kv_heads, length,
+        head_dim]): one copy of the pieces."""
+        pieces = self.kv_segments(node, length)
+        out = []
+        for layer in range(len(pieces[0][0].kv)):
+            keys = torch.cat([part.kv[layer][0][:, :count] for part, count in pieces], dim=1)
+            values = torch.cat([part.kv[layer][1][:, :count] for part, count in pieces], dim=1)
+            out.append((keys, values))
+        return out
+
     # ---- bookkeeping -----------------------------------------------------------------------
     def touch(self, node: RadixNode) -> None:
         stamp = next(self._clock)
         for n in node.path():
             n.last_access = stamp
+
+    def record_use(self, chain: Sequence[RadixNode]) -> None:
+        """A request passed through `chain` (reuse history, and recency)."""
+        for node in chain:
+            node.uses += 1
+        if chain:
+            self.touch(chain[-1])
 
     def record_computed(self, node: RadixNode, tokens: int | None = None) -> None:
         """`tokens` of `node` (all by default) were run through the model."""
@@ -257,13 +322,14 @@ class RadixCache:
             self.stats.regret_tokens += count
         node.computed += 1
 
-    def pin(self, nodes: Sequence[RadixNode]) -> None:
-        for node in nodes:
-            node.pins += 1
+    def lock(self, node: RadixNode) -> None:
+        """A batch reads the path to `node`: none of it may be evicted until `unlock`."""
+        for part in node.path():
+            part.pins += 1
 
-    def unpin(self, nodes: Sequence[RadixNode]) -> None:
-        for node in nodes:
-            node.pins -= 1
+    def unlock(self, node: RadixNode) -> None:
+        for part in node.path():
+            part.pins -= 1
 
     def nodes(self) -> Iterator[RadixNode]:
         stack = list(self.root.children.values())
@@ -275,16 +341,6 @@ class RadixCache:
     def cached_tokens(self) -> int:
         return sum(len(n.tokens) for n in self.nodes() if n.kv is not None)
 
-    def gather(self, node: RadixNode, length: int) -> list[LayerKV]:
-        """KV of the path to `node`, truncated to `length` tokens, per layer ([kv_heads, length, head_dim])."""
-        pieces = [n.kv for n in node.path()]
-        out = []
-        for layer in range(len(pieces[0])):
-            keys = torch.cat([p[layer][0] for p in pieces], dim=1)[:, :length]
-            values = torch.cat([p[layer][1] for p in pieces], dim=1)[:, :length]
-            out.append((keys, values))
-        return out
-
 
 def _common_length(edge: tuple[int, ...], tokens: tuple[int, ...], position: int) -> int:
     limit = min(len(edge), len(tokens) - position)
@@ -292,11 +348,3 @@ def _common_length(edge: tuple[int, ...], tokens: tuple[int, ...], position: int
     while i < limit and edge[i] == tokens[position + i]:
         i += 1
     return i
-
-
-def _is_ancestor(node: RadixNode, other: RadixNode | None) -> bool:
-    while other is not None:
-        if other is node:
-            return True
-        other = other.parent
-    return False

@@ -45,8 +45,8 @@ class Scheduler:
         # Insert everything first: a later prompt may split a node on an earlier prompt's path,
         # so chains are read only once the tree has all branch points (this pass creates nothing).
         for prompt in prompts:
-            self.radix.insert_path(prompt)
-        chains = [self.radix.insert_path(p) for p in prompts]
+            self.radix.insert(prompt)
+        chains = [self.radix.insert(p) for p in prompts]
         for chain in chains:
             for node in chain:
                 node.pending += 1
@@ -84,10 +84,10 @@ class Scheduler:
     def leaf_work(self, index: int, prompt: Sequence[int], chain: list[RadixNode], reuse: bool) -> Work:
         """The row of one request: the tokens after its deepest cached ancestor (at least one,
         since the last position's hidden state is what scoring and decoding need)."""
-        anchor = self.radix.deepest_cached(chain) if reuse else self.radix.root
-        prefix_len = min(anchor.end, len(prompt) - 1)
+        cached = self.radix.deepest_cached(chain) if reuse else self.radix.root
+        prefix_len = min(cached.end, len(prompt) - 1)
         covered = [n for n in chain if n.start >= prefix_len]
-        return Work(Row(anchor, prefix_len, list(prompt[prefix_len:])), covered, index, prompt, chain, reuse)
+        return Work(Row(cached, prefix_len, list(prompt[prefix_len:])), covered, index, prompt, chain, reuse)
 
     def windows(self, works: list[Work], window_batches: int = 4) -> list[list[Work]]:
         """Consecutive windows of a few batches' worth of requests, in the callers' prefix order:
@@ -120,10 +120,10 @@ class Scheduler:
 
     def _shared_work(self, node: RadixNode) -> Work:
         """Compute `node` (and any uncached ancestors) from its deepest cached ancestor."""
-        anchor = self._cached_ancestor(node)
-        covered = node.path()[len(anchor.path()) :]
+        cached = self.radix.deepest_cached(node.path()[:-1])
+        covered = node.path()[len(cached.path()) :]
         tokens = [t for n in covered for t in n.tokens]
-        return Work(Row(anchor, anchor.end, tokens), covered)
+        return Work(Row(cached, cached.end, tokens), covered)
 
     def batches(self, works: Sequence[Work], extra_tokens: Sequence[int] | None = None) -> Iterator[list[Work]]:
         """Consecutive works whose padded batch fits the budgets (`extra_tokens`: decode room per
@@ -158,14 +158,3 @@ class Scheduler:
             real += length
         if batch:
             yield batch
-
-    @staticmethod
-    def _cached_ancestor(node: RadixNode) -> RadixNode:
-        """Deepest ancestor of `node` whose whole path is cached."""
-        chain = node.path()[:-1]
-        best = chain[0].parent if chain else node.parent
-        for ancestor in chain:
-            if ancestor.kv is None:
-                break
-            best = ancestor
-        return best

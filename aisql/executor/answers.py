@@ -22,8 +22,6 @@ class Answer:
 class AnswerStore(Protocol):
     """`task` namespaces the answers: the model's fingerprint and the task's signature."""
 
-    def get(self, task: str, text: str) -> Answer | None: ...
-
     def get_many(self, task: str, texts) -> dict[str, Answer]: ...
 
     def put_many(self, task: str, answers: dict[str, Answer]) -> None:
@@ -34,9 +32,6 @@ class MemoryAnswerStore:
     def __init__(self) -> None:
         self._answers: dict[tuple[str, str], Answer] = {}
         self._lock = threading.Lock()
-
-    def get(self, task: str, text: str) -> Answer | None:
-        return self._answers.get((task, text))
 
     def get_many(self, task: str, texts) -> dict[str, Answer]:
         found = {}

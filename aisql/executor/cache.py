@@ -98,9 +98,6 @@ class SqliteAnswerStore:
             raise CacheError(f"cache file {self.path} has schema version {version}, this aisql reads {SCHEMA_VERSION}")
 
     # ---- the AnswerStore interface -------------------------------------------------------------
-    def get(self, task: str, text: str) -> Answer | None:
-        return self.get_many(task, [text]).get(text)
-
     def get_many(self, task: str, texts: Iterable[str]) -> dict[str, Answer]:
         texts = list(dict.fromkeys(texts))
         keys = {_key(task, t): t for t in texts}

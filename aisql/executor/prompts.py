@@ -36,11 +36,3 @@ class PromptSet:
             text = self.template.render(values)
             self.text_of[values] = text
         self.counts[text] = self.counts.get(text, 0) + count
-
-    @property
-    def prompts_total(self) -> int:
-        return sum(self.counts.values())
-
-    @property
-    def texts(self) -> list[str]:
-        return list(self.counts)

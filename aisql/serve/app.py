@@ -28,7 +28,7 @@ from starlette.routing import Route
 from aisql.engine.hf import HFEngine
 from aisql.engine.serving import FinishEvent, RequestHandle, ServeRequest, ServingEngine, TokenEvent
 from aisql.serve.metrics import ServerMetrics
-from aisql.serve.protocol import ApiError, Sampling, parse_chat, parse_completion, parse_json
+from aisql.serve.protocol import ApiError, Sampling, parse_chat, parse_completion
 from aisql.serve.text import TextStream
 
 DEFAULT_CHAT_MAX_TOKENS = 4096
@@ -113,7 +113,7 @@ class OpenAIServer:
 
     # ---- generation ------------------------------------------------------------------------
     async def completions(self, request: Request) -> Response:
-        parsed = parse_completion(parse_json(await request.body()))
+        parsed = parse_completion(await request.body())
         self._check_model(parsed.model)
         prompts = [self._encode_text(p) if isinstance(p, str) else self._check_ids(p) for p in parsed.prompts]
         if parsed.sampling.allowed_token_ids is not None:
@@ -156,7 +156,7 @@ class OpenAIServer:
         return JSONResponse(body)
 
     async def chat(self, request: Request) -> Response:
-        parsed = parse_chat(parse_json(await request.body()))
+        parsed = parse_chat(await request.body())
         self._check_model(parsed.model)
         prompt = self._encode_chat(parsed.messages)
         choices = self._choices([prompt], parsed.sampling)
@@ -389,10 +389,6 @@ class OpenAIServer:
     async def _internal_error(self, request: Request, exc: Exception) -> Response:
         error = ApiError(f"internal error: {type(exc).__name__}: {exc}", status=500, kind="server_error")
         return JSONResponse(error.body(), status_code=500)
-
-
-def create_app(engine: HFEngine, model_name: str, **options) -> Starlette:
-    return OpenAIServer(engine, model_name, **options).app
 
 
 def _sink(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, index: int):

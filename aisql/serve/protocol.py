@@ -1,20 +1,29 @@
-"""The OpenAI request shapes `aisql serve` accepts, checked field by field.
+"""The OpenAI request shapes `aisql serve` accepts, declared as pydantic models (as vLLM's
+`entrypoints/openai/protocol.py` does), and the one place their validation errors become
+OpenAI error bodies.
 
-A bad request becomes an `ApiError` with the OpenAI error body (`message`, `type`, `param`,
-`code`) and a 4xx status; nothing reaches the engine until a request is fully valid. Fields we do
-not act on (`user`, `frequency_penalty` = 0, ...) are accepted and ignored, as OpenAI-compatible
-servers do; fields we cannot honour are refused by name.
+Validation is strict (no "yes" for true, no "10" for 10) and runs on the raw body with
+pydantic's JSON parser, so malformed JSON, lone surrogates and absurd nesting are 400s too. A bad
+request becomes an `ApiError` (`message`, `type`, `param`, `code`, a 4xx status); nothing reaches
+the engine until a request is fully valid. Fields we do not act on (`user`, penalties of 0, ...)
+are accepted and ignored, as OpenAI-compatible servers do; fields we cannot honour are refused
+by name.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, field_validator
 
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20
 MAX_STOP_SEQUENCES = 4
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch's generators take
+
+Number = Union[StrictInt, float]  # strict: JSON numbers only (the model is strict)
+TokenIds = Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1)]
 
 
 class ApiError(Exception):
@@ -38,6 +47,86 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
+# What each field must be, as error messages say it (one place for every message).
+RULES = {
+    "model": "a string",
+    "prompt": "a string, a list of strings, or token ids",
+    "max_tokens": "a positive integer",
+    "max_completion_tokens": "a positive integer",
+    "temperature": "a number between 0 and 2",
+    "top_p": "a number greater than 0 and at most 1",
+    "seed": f"an integer between {SEED_RANGE[0]} and {SEED_RANGE[1]}",
+    "n": f"an integer between 1 and {MAX_N}",
+    "stop": f"a string or a list of at most {MAX_STOP_SEQUENCES} non-empty strings",
+    "logprobs": f"an integer between 0 and {MAX_TOP_LOGPROBS}",
+    "top_logprobs": f"an integer between 0 and {MAX_TOP_LOGPROBS}",
+    "stream": "true or false",
+    "echo": "true or false",
+    "stream_options": "an object",
+    "presence_penalty": "0 (other values are not supported)",
+    "frequency_penalty": "0 (other values are not supported)",
+    "allowed_token_ids": "a non-empty list of token ids",
+    "messages": "a non-empty list",
+    "role": "system, user, assistant or tool",
+    "content": "a string (or text parts)",
+}
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    model: StrictStr
+    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    temperature: Annotated[Number, Field(ge=0.0, le=2.0)] = 1.0
+    top_p: Annotated[Number, Field(gt=0.0, le=1.0)] = 1.0
+    seed: Annotated[StrictInt, Field(ge=SEED_RANGE[0], le=SEED_RANGE[1])] | None = None
+    n: Annotated[StrictInt, Field(ge=1, le=MAX_N)] | None = 1
+    stop: StrictStr | Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
+    stream: StrictBool | None = False
+    stream_options: dict[str, Any] | None = None
+    presence_penalty: Annotated[Number, Field(ge=0, le=0)] | None = 0
+    frequency_penalty: Annotated[Number, Field(ge=0, le=0)] | None = 0
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_not_empty(cls, value):
+        if value == "":
+            raise ValueError("empty stop sequence")
+        return value
+
+
+class CompletionBody(_Request):
+    prompt: StrictStr | TokenIds | Annotated[list[StrictStr], Field(min_length=1)] | Annotated[list[TokenIds], Field(min_length=1)]
+    logprobs: Annotated[StrictInt, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    echo: StrictBool | None = False
+    allowed_token_ids: TokenIds | None = None
+    suffix: None = None
+    best_of: None = None
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+    type: Literal["text"]
+    text: StrictStr
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: StrictStr | list[TextPart] | None = None
+
+
+class ChatBody(_Request):
+    messages: Annotated[list[Message], Field(min_length=1)]
+    max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    logprobs: StrictBool | None = False
+    top_logprobs: Annotated[StrictInt, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    tools: None = None
+    tool_choice: None = None
+    functions: None = None
+    response_format: None = None
+
+
 @dataclass
 class Sampling:
     max_tokens: int
@@ -57,7 +146,6 @@ class CompletionRequest:
     model: str
     prompts: list[str | list[int]]
     sampling: Sampling
-    echo: bool = False
 
 
 @dataclass
@@ -67,174 +155,105 @@ class ChatRequest:
     sampling: Sampling
 
 
-def parse_json(raw: bytes) -> dict:
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ApiError(f"the request body is not valid JSON: {err}") from None
-    if not isinstance(body, dict):
-        raise ApiError(f"the request body must be a JSON object, got {type(body).__name__}")
-    return body
-
-
-def parse_completion(body: dict, *, default_max_tokens: int = 16) -> CompletionRequest:
-    model = _string(body, "model", required=True)
-    prompt = body.get("prompt")
-    if prompt is None:
-        raise ApiError("'prompt' is required", param="prompt")
+def parse_completion(raw: bytes, *, default_max_tokens: int = 16) -> CompletionRequest:
+    body = _validate(CompletionBody, raw)
+    if body.echo:
+        raise ApiError("'echo' is not supported", param="echo")
+    prompt = body.prompt
     if isinstance(prompt, str):
         prompts: list = [prompt]
-    elif isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
+    elif prompt and isinstance(prompt[0], int):
         prompts = [list(prompt)]  # one prompt as token ids
-    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        prompts = list(prompt)
-    elif isinstance(prompt, list) and prompt and all(isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompt):
-        prompts = [list(p) for p in prompt]
     else:
-        raise ApiError("'prompt' must be a string, a list of strings, or token ids", param="prompt")
+        prompts = [p if isinstance(p, str) else list(p) for p in prompt]
     if any(isinstance(p, str) and not p for p in prompts):
         raise ApiError("'prompt' is empty", param="prompt")
-    logprobs = body.get("logprobs")
-    if logprobs is not None and (not _is_int(logprobs) or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
-        raise ApiError(f"'logprobs' must be an integer between 0 and {MAX_TOP_LOGPROBS}", param="logprobs")
-    echo = _bool(body, "echo", False)
-    if echo:
-        raise ApiError("'echo' is not supported", param="echo")
-    _refuse(body, "suffix", "best_of")
-    sampling = _sampling(body, max_tokens_keys=("max_tokens",), default_max_tokens=default_max_tokens)
-    sampling.logprobs = logprobs
-    allowed = body.get("allowed_token_ids")
-    if allowed is not None:
-        if not isinstance(allowed, list) or not allowed or not all(_is_int(t) and t >= 0 for t in allowed):
-            raise ApiError("'allowed_token_ids' must be a non-empty list of token ids", param="allowed_token_ids")
-        sampling.allowed_token_ids = allowed
-    return CompletionRequest(model, prompts, sampling)
+    sampling = _sampling(body, body.max_tokens or default_max_tokens)
+    sampling.logprobs = body.logprobs
+    sampling.allowed_token_ids = body.allowed_token_ids
+    return CompletionRequest(body.model, prompts, sampling)
 
 
-def parse_chat(body: dict, *, default_max_tokens: int | None = None) -> ChatRequest:
-    model = _string(body, "model", required=True)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ApiError("'messages' must be a non-empty list", param="messages")
-    parsed = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise ApiError(f"messages[{i}] must be an object", param=f"messages[{i}]")
-        role = message.get("role")
-        if role not in ("system", "developer", "user", "assistant", "tool"):
-            raise ApiError(
-                f"messages[{i}].role must be system, user, assistant or tool, got {role!r}", param=f"messages[{i}].role"
-            )
-        content = message.get("content")
-        if isinstance(content, list):  # content parts: text only
-            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
-                raise ApiError(f"messages[{i}].content: only text parts are supported", param=f"messages[{i}].content")
-            content = "".join(p["text"] for p in content)
-        if content is None and role == "assistant":
+def parse_chat(raw: bytes, *, default_max_tokens: int | None = None) -> ChatRequest:
+    body = _validate(ChatBody, raw)
+    messages = []
+    for i, message in enumerate(body.messages):
+        content = message.content
+        if isinstance(content, list):
+            content = "".join(part.text for part in content)
+        if content is None:
+            if message.role != "assistant":
+                raise ApiError(f"messages[{i}].content must be {RULES['content']}", param=f"messages[{i}].content")
             content = ""
-        if not isinstance(content, str):
-            raise ApiError(f"messages[{i}].content must be a string", param=f"messages[{i}].content")
-        parsed.append({"role": "system" if role == "developer" else role, "content": content})
-    sampling = _sampling(body, max_tokens_keys=("max_completion_tokens", "max_tokens"), default_max_tokens=default_max_tokens)
-    if _bool(body, "logprobs", False):
-        top = body.get("top_logprobs", 0)
-        if top is None:
-            top = 0
-        if not _is_int(top) or not 0 <= top <= MAX_TOP_LOGPROBS:
-            raise ApiError(f"'top_logprobs' must be an integer between 0 and {MAX_TOP_LOGPROBS}", param="top_logprobs")
-        sampling.logprobs = top
-    elif body.get("top_logprobs") is not None:
+        messages.append({"role": "system" if message.role == "developer" else message.role, "content": content})
+    sampling = _sampling(body, body.max_completion_tokens or body.max_tokens or default_max_tokens or 0)
+    if body.logprobs:
+        sampling.logprobs = body.top_logprobs or 0
+    elif body.top_logprobs is not None:
         raise ApiError("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
-    _refuse(body, "tools", "tool_choice", "functions", "response_format")
-    return ChatRequest(model, parsed, sampling)
+    return ChatRequest(body.model, messages, sampling)
 
 
-def _sampling(body: dict, *, max_tokens_keys: tuple[str, ...], default_max_tokens: int | None) -> Sampling:
-    max_tokens = None
-    for key in max_tokens_keys:
-        value = body.get(key)
-        if value is not None:
-            if not _is_int(value) or value < 1:
-                raise ApiError(f"'{key}' must be a positive integer, got {value!r}", param=key)
-            max_tokens = value
-            break
-    temperature = _number(body, "temperature", 1.0, low=0.0, high=2.0)
-    top_p = _number(body, "top_p", 1.0, low=0.0, high=1.0)
-    if top_p == 0.0:
-        raise ApiError("'top_p' must be greater than 0", param="top_p")
-    seed = body.get("seed")
-    if seed is not None and not _is_int(seed):
-        raise ApiError(f"'seed' must be an integer, got {seed!r}", param="seed")
-    n = body.get("n", 1)
-    if n is None:
-        n = 1
-    if not _is_int(n) or not 1 <= n <= MAX_N:
-        raise ApiError(f"'n' must be an integer between 1 and {MAX_N}", param="n")
-    stop = body.get("stop")
-    if stop is None:
-        stops: list[str] = []
-    elif isinstance(stop, str):
-        stops = [stop]
-    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop) and len(stop) <= MAX_STOP_SEQUENCES:
-        stops = list(stop)
-    else:
-        raise ApiError(f"'stop' must be a string or a list of at most {MAX_STOP_SEQUENCES} strings", param="stop")
-    if any(not s for s in stops):
-        raise ApiError("'stop' sequences must not be empty", param="stop")
-    for key in ("presence_penalty", "frequency_penalty"):
-        if _number(body, key, 0.0, low=-2.0, high=2.0) != 0.0:
-            raise ApiError(f"'{key}' is not supported (only 0)", param=key)
-    stream = _bool(body, "stream", False)
-    options = body.get("stream_options")
-    include_usage = False
-    if options is not None:
-        if not isinstance(options, dict):
-            raise ApiError("'stream_options' must be an object", param="stream_options")
-        include_usage = bool(options.get("include_usage", False))
+def _sampling(body: _Request, max_tokens: int) -> Sampling:
+    stop = body.stop
+    options = body.stream_options or {}
     return Sampling(
-        max_tokens=max_tokens or default_max_tokens or 0,
-        temperature=temperature,
-        top_p=top_p,
-        seed=seed,
-        stop=stops,
-        n=n,
-        stream=stream,
-        include_usage=include_usage,
+        max_tokens=max_tokens,
+        temperature=float(body.temperature),
+        top_p=float(body.top_p),
+        seed=body.seed,
+        stop=[stop] if isinstance(stop, str) else list(stop or []),
+        n=body.n or 1,
+        stream=bool(body.stream),
+        include_usage=bool(options.get("include_usage", False)),
     )
 
 
-def _string(body: dict, key: str, required: bool = False) -> str:
-    value = body.get(key)
-    if value is None and required:
-        raise ApiError(f"'{key}' is required", param=key)
-    if not isinstance(value, str):
-        raise ApiError(f"'{key}' must be a string, got {type(value).__name__}", param=key)
-    return value
+def _validate(model: type[BaseModel], raw: bytes):
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as err:
+        raise _api_error(err) from None
 
 
-def _number(body: dict, key: str, default: float, *, low: float, high: float) -> float:
-    value = body.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ApiError(f"'{key}' must be a number between {low:g} and {high:g}, got {value!r}", param=key)
-    return float(value)
+def _api_error(err: ValidationError) -> ApiError:
+    """The first problem of a request, as OpenAI says it: what is wrong with which field."""
+    problem = err.errors(include_url=False)[0]
+    kind, loc, given = problem["type"], problem["loc"], problem.get("input")
+    if kind == "json_invalid":
+        return ApiError(f"the request body is not valid JSON: {problem['msg']}")
+    if kind in ("model_type", "model_attributes_type") and not loc:
+        return ApiError(f"the request body must be a JSON object, got {_json_type(given)}")
+    param = _param(loc)
+    name = next((str(part) for part in reversed(loc) if isinstance(part, str) and part in RULES), str(loc[0]) if loc else "")
+    if kind == "missing":
+        return ApiError(f"'{param}' is required", param=param)
+    if name in ("suffix", "best_of", "tools", "tool_choice", "functions", "response_format"):
+        return ApiError(f"'{name}' is not supported by this server", param=name)
+    rule = RULES.get(name)
+    if rule is None:
+        return ApiError(f"'{param}': {problem['msg']}", param=param)
+    shown = param if "[" in param or "." in param else f"'{param}'"
+    return ApiError(f"{shown} must be {rule}, got {_short(given)}", param=param)
 
 
-def _bool(body: dict, key: str, default: bool) -> bool:
-    value = body.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ApiError(f"'{key}' must be true or false, got {value!r}", param=key)
-    return value
+def _param(loc: tuple) -> str:
+    """('messages', 0, 'role') -> 'messages[0].role'; union branch names are dropped."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in RULES or part in CompletionBody.model_fields or part in ChatBody.model_fields or part in ("role", "content", "text", "type"):
+            out += ("." if out else "") + part
+        if out and part == loc[0] and part in ("prompt", "stop", "allowed_token_ids"):
+            break  # the field itself, not the union branch pydantic tried
+    return out or "body"
 
 
-def _refuse(body: dict, *keys: str) -> None:
-    for key in keys:
-        if body.get(key) not in (None, [], ""):
-            raise ApiError(f"'{key}' is not supported by this server", param=key)
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _json_type(value: Any) -> str:
+    return {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(type(value), "null")

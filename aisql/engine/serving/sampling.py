@@ -1,0 +1,49 @@
+"""Choosing a request's next token from the model's logits: greedy or seeded sampling with
+temperature and top-p, optionally restricted to allowed token ids, with logprobs on request."""
+
+from __future__ import annotations
+
+import torch
+
+from aisql.engine.serving.request import Running
+
+
+def choose_token(sequence: Running, logits: torch.Tensor) -> tuple[int, float | None, dict[int, float] | None]:
+    """(token, its logprob, top alternatives) — the logprobs are those of the full distribution."""
+    request = sequence.request
+    candidates = logits
+    if request.allowed_token_ids is not None:
+        candidates = torch.full_like(logits, float("-inf"))
+        allowed = torch.tensor(request.allowed_token_ids, device=logits.device)
+        candidates[allowed] = logits[allowed]
+    if request.temperature == 0:
+        token = int(torch.argmax(candidates))
+    else:
+        probs = torch.softmax(candidates.float() / request.temperature, dim=-1)
+        if request.top_p < 1.0:
+            sorted_probs, order = torch.sort(probs, descending=True)
+            outside = torch.cumsum(sorted_probs, dim=-1) - sorted_probs > request.top_p
+            sorted_probs[outside] = 0
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        token = int(torch.multinomial(probs, 1, generator=sequence.generator))  # same device as probs
+    if request.logprobs is None:
+        return token, None, None
+    logprob, top = token_logprobs(logits, token, request.logprobs)
+    return token, logprob, top
+
+
+def token_logprobs(logits: torch.Tensor, token: int, top: int) -> tuple[float, dict[int, float]]:
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    chosen = float(logprobs[token])
+    if top <= 0:
+        return chosen, {}
+    values, ids = torch.topk(logprobs, min(top, logprobs.shape[-1]))
+    return chosen, dict(zip(ids.tolist(), values.tolist()))
+
+
+def seeded_generator(seed: int | None, device: torch.device) -> torch.Generator | None:
+    if seed is None:
+        return None
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return generator
