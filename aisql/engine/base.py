@@ -137,8 +137,18 @@ class ModelFacts:
 
 @runtime_checkable
 class Engine(Protocol):
+    """What the executor, the planner's statistics and the benchmarks use of an engine: the
+    embedded `HFEngine`, `VLLMEngine` and the remote `RemoteEngine` all provide it."""
+
     info: ModelInfo
     stats: EngineStats
+    format: object  # aisql.engine.prompt_format.PromptFormat: the model's prompt framing
+
+    def facts(self) -> ModelFacts:
+        """Prompt format and shape, for planning."""
+
+    def reset_cache(self) -> None:
+        """Forget every cached prefix (benchmarks start cold)."""
 
     def encode_prompt(self, instruction: str, text: str) -> tuple[int, ...]:
         """Token ids of a prompt in the model's format, ending where the answer starts."""

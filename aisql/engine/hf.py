@@ -62,6 +62,10 @@ class HFEngine(EncodesPrompts):
         self.lock = threading.RLock()  # one batch call or serving iteration at a time
         self._claims: dict = {}
 
+    @property
+    def kv_budget_bytes(self) -> int:
+        return self.radix.budget_bytes
+
     def facts(self) -> ModelFacts:
         return ModelFacts(format=self.format, profile=self.runner.profile, encode_label=self.encode_label)
 

@@ -84,6 +84,12 @@ class VLLMEngine(EncodesPrompts):
         profile = cached_profile(directory, self.info.name, self.info.dtype if self.info.dtype in DTYPES else "bfloat16")
         return ModelFacts(format=self.format, profile=profile, encode_label=self.encode_label)
 
+    def reset_cache(self) -> None:
+        """Forget vLLM's cached prefixes (its automatic prefix cache)."""
+        reset = getattr(self.llm, "reset_prefix_cache", None)
+        if reset is not None:
+            reset()
+
     def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:
         SamplingParams = self._vllm.SamplingParams
         firsts = [sorted({label[0] for label in r.label_ids}) for r in requests]

@@ -79,7 +79,7 @@ class _EngineCollector:
         for name, doc, value in (
             ("aisql_num_requests_running", "Requests in the decode batch", stats.running),
             ("aisql_num_requests_waiting", "Requests waiting for or in prefill", stats.waiting),
-            ("aisql_kv_cache_bytes", "Bytes held by the radix prefix cache", self.serving.engine.radix.used_bytes),
+            ("aisql_kv_cache_bytes", "Bytes held by the radix prefix cache", self.serving.engine.stats.kv_cached_bytes),
         ):
             family = GaugeMetricFamily(name, doc, labels=["model"])
             family.add_metric([self.model], value)

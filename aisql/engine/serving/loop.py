@@ -34,6 +34,10 @@ from aisql.engine.serving.sampling import choose_token, seeded_generator, token_
 from aisql.engine.serving.scheduler import ServingScheduler, StepPlan
 
 
+def _engine_counter(name: str) -> property:
+    return property(lambda self: getattr(self.engine, name), doc=f"the engine's {name}")
+
+
 @dataclass
 class ServingStats:
     """Counts of the serving loop; the model's own work (tokens, drafts, passes, prefix hits) is
@@ -48,25 +52,11 @@ class ServingStats:
     running: int = 0
     waiting: int = 0
 
-    @property
-    def prefix_hit_tokens(self) -> int:
-        return self.engine.kv_hit_tokens
-
-    @property
-    def generated_tokens(self) -> int:
-        return self.engine.generated_tokens
-
-    @property
-    def draft_tokens(self) -> int:
-        return self.engine.draft_tokens
-
-    @property
-    def draft_accepted_tokens(self) -> int:
-        return self.engine.draft_accepted_tokens
-
-    @property
-    def decode_passes(self) -> int:
-        return self.engine.decode_passes
+    prefix_hit_tokens = _engine_counter("kv_hit_tokens")
+    generated_tokens = _engine_counter("generated_tokens")
+    draft_tokens = _engine_counter("draft_tokens")
+    draft_accepted_tokens = _engine_counter("draft_accepted_tokens")
+    decode_passes = _engine_counter("decode_passes")
 
 
 class ServingEngine:
@@ -79,7 +69,7 @@ class ServingEngine:
         self.engine = engine
         self.runner = engine.runner
         per_token = max(1, self.runner.bytes_per_token)
-        self.max_kv_tokens = max_kv_tokens or max(engine.info.max_context, engine.radix.budget_bytes // per_token)
+        self.max_kv_tokens = max_kv_tokens or max(engine.info.max_context, engine.kv_budget_bytes // per_token)
         self.scheduler = ServingScheduler(
             max_running=max_running,
             prefill_chunk=prefill_chunk,

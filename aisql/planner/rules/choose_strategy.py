@@ -16,6 +16,7 @@ from sqlglot import exp
 from aisql.planner.context import PlanningContext
 from aisql.planner.plan import AINode, Clause, Plan, Strategy
 from aisql.planner.scope import find_bound_call
+from aisql.sql.scopes import QueryScopes
 
 
 def choose_strategy(plan: Plan, context: PlanningContext) -> Plan:
@@ -28,11 +29,26 @@ def _choose(node: AINode) -> AINode:
         return dataclasses.replace(node, strategy=Strategy.STREAMING, note="not inside a SELECT")
     if loc.clause is Clause.OTHER:
         return dataclasses.replace(node, strategy=Strategy.STREAMING, note="in a clause whose rows are not derived")
+    if _correlated(node):
+        return dataclasses.replace(
+            node, strategy=Strategy.STREAMING, note="reads columns of an enclosing query: evaluated as DuckDB runs it"
+        )
     if _limit_bounds_rows(node):
         return dataclasses.replace(
             node, strategy=Strategy.STREAMING, note="LIMIT bounds the rows: evaluated as DuckDB reads them"
         )
     return dataclasses.replace(node, strategy=Strategy.PREFETCH)
+
+
+def _correlated(node: AINode) -> bool:
+    """Do the prompt's arguments name a table of an enclosing query (a correlated subquery, a
+    lateral)? Its rows then cannot be listed without the enclosing query's."""
+    select = node.location.select
+    scope = QueryScopes(select.root()).scope_of(select)
+    if scope is None:
+        return False
+    own = {name.lower() for name in scope.selected_sources}
+    return any(c.table and c.table.lower() not in own for arg in node.call.args for c in arg.find_all(exp.Column))
 
 
 def _limit_bounds_rows(node: AINode) -> bool:
