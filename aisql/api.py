@@ -21,6 +21,7 @@ from aisql.engine.base import Engine
 from aisql.engine.loader import ResolvedModel
 from aisql.errors import DataError
 from aisql.executor.answers import AnswerStore
+from aisql.executor.duckdb_errors import file_error
 from aisql.executor.query import QueryResult, RunRequest, explain_script, run_script
 from aisql.planner.explain import Explanation
 from aisql.session import ModelSession
@@ -45,6 +46,7 @@ class Connection:
         self,
         database: str | None = None,
         *,
+        read_only: bool = False,
         session: ModelSession | None = None,
         warn: Callable[[str], None] | None = None,
         **model_options,
@@ -53,7 +55,9 @@ class Connection:
         model, engine, engine_options, cache, store); `session` shares another connection's (or
         `aisql.register`'s) model, KV cache and result cache instead."""
         try:
-            self.duckdb = duckdb.connect(database or ":memory:")
+            if read_only and not database:
+                raise DataError("read_only needs a database file (an in-memory database is always writable)")
+            self.duckdb = duckdb.connect(database or ":memory:", read_only=read_only)
         except duckdb.Error as err:
             raise DataError(f"cannot open database {database}: {str(err).splitlines()[0]}") from None
         self.session = session or ModelSession(warn=warn, **model_options)
@@ -81,7 +85,10 @@ class Connection:
     def register(self, name: str, data) -> None:
         """Make `data` queryable as `name`: a file path (CSV/Parquet/JSON) or an Arrow/pandas object."""
         if isinstance(data, (str, os.PathLike)):
-            self.duckdb.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(name)} AS {file_scan_sql(data)}")
+            try:
+                self.duckdb.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(name)} AS {file_scan_sql(data)}")
+            except duckdb.Error as err:  # DuckDB reads (sniffs) the file here: a bad file fails now
+                raise file_error(err, data) from None
         else:
             self.duckdb.register(name, data)
 
@@ -130,10 +137,11 @@ class Connection:
         self.close()
 
 
-def connect(database: str | None = None, *, model: str | None = None, **options) -> Connection:
-    """Open an aisql connection (in-memory DuckDB unless `database` names a file). `options`: engine
-    options (device, kv_budget, quantize, ...) and session options (engine, cache, store, warn)."""
-    return Connection(database, session=ModelSession.from_options(model, **options), warn=options.get("warn"))
+def connect(database: str | None = None, *, model: str | None = None, read_only: bool = False, **options) -> Connection:
+    """Open an aisql connection (in-memory DuckDB unless `database` names a file; `read_only` as
+    DuckDB's). `options`: engine options (device, kv_budget, quantize, ...) and session options
+    (engine, cache, store, warn)."""
+    return Connection(database, read_only=read_only, session=ModelSession.from_options(model, **options), warn=options.get("warn"))
 
 
 def file_scan_sql(path: str | os.PathLike) -> str:

@@ -75,6 +75,7 @@ def _connect(
     model: str | None = None,
     engine_options=None,
     cache: bool | str = False,
+    read_only: bool = False,
 ):
     from aisql.api import Connection
     from aisql.engine.loader import EngineOptions
@@ -83,6 +84,7 @@ def _connect(
         raise DataError(f"directory of database {db} does not exist")
     con = Connection(
         db,
+        read_only=read_only,
         model=model,
         engine_options=engine_options or EngineOptions(),
         cache=cache,
@@ -96,6 +98,16 @@ def _connect(
             raise AisqlError(f"--table expects NAME=PATH, got {spec!r}")
         con.register(name.strip(), path.strip())
     return con
+
+
+def _read_only(db: str | None, requested: bool, text: str) -> bool:
+    """Open --db read-only when asked, or when the script only reads (so a read-only warehouse
+    file can be queried, and several readers do not conflict on its lock)."""
+    if requested or not db or not Path(db).exists():
+        return requested
+    from aisql.sql.parse import only_reads
+
+    return only_reads(text)
 
 
 class _Commands(click.Group):
@@ -142,6 +154,9 @@ _engine = [
 
 def _engine_options(device: str, kv_budget: str | None, quantize: str | None, no_prefix_cache: bool, no_speculation: bool):
     from aisql.engine.loader import EngineOptions
+    from aisql.engine.numerics import check_device
+
+    check_device(device)
 
     return EngineOptions(
         device=device,
@@ -156,6 +171,7 @@ _common = [
     click.argument("query_file", required=False),
     click.option("-e", "--execute", "sql", metavar="SQL", help="SQL text instead of a QUERY_FILE."),
     click.option("--db", metavar="PATH", help="DuckDB database file (default: in-memory)."),
+    click.option("--read-only", is_flag=True, help="Open --db read-only (the default when the statements only read)."),
     click.option("--table", "tables", multiple=True, metavar="NAME=PATH", help="Register a CSV/Parquet/JSON file as a view (repeatable)."),
     click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors."),
 ]
@@ -180,7 +196,7 @@ def _apply(options):
 @click.option("--max-rows", default=50, show_default=True, help="Rows to show with --format table.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary or notes on stderr.")
 @click.option("--hardware", type=click.Choice(["cpu", "h100", "h200"]), help="Cost the run at this profile's price in --stats-json.")
-@click.option("--price-per-hour", type=float, metavar="USD", help="Override the hardware profile's price.")
+@click.option("--price-per-hour", type=click.FloatRange(min=0), metavar="USD", help="Override the hardware profile's price.")
 @click.option("--cache", "cache_path", metavar="PATH", help="Result cache file (default: answers.sqlite in the user cache dir).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
 @click.option("--max-prompts", type=click.IntRange(min=0), metavar="N", help="Stop before sending more than N new prompts to the model.")
@@ -189,21 +205,23 @@ def _apply(options):
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts (or 10 s).")
 @_handle_errors
 def run(
-    query_file, sql, db, tables, debug, model, device, kv_budget, quantize, no_prefix_cache, no_speculation,
+    query_file, sql, db, read_only, tables, debug, model, device, kv_budget, quantize, no_prefix_cache, no_speculation,
     output, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
     cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
-    from aisql.output import check_output_path, print_csv, print_json, print_table, write_table, write_text_atomically
+    from aisql.output import check_output_path, check_text_path, print_csv, print_json, print_table, write_table, write_text_atomically
 
     text, query_dir = _query_source(query_file, sql)
-    if output:
+    if output:  # every path written after the run is checked before it: no paid work is lost
         check_output_path(output)
+    if stats_json:
+        check_text_path(stats_json, "--stats-json")
     options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation)
     if cache_path and no_cache:
         raise AisqlError("give either --cache PATH or --no-cache, not both")
     cache = False if no_cache else (cache_path or True)
-    con = _connect(db, tables, query_dir, model=model, engine_options=options, cache=cache)
+    con = _connect(db, tables, query_dir, model=model, engine_options=options, cache=cache, read_only=_read_only(db, read_only, text))
     progress = None
     if stderr.is_terminal and not quiet:
         from aisql.progress_bar import RichProgress
@@ -227,8 +245,6 @@ def run(
         con.close()
     stats = result.stats
     note = f"model {result.model.name}: {result.model.note}" if result.model and result.model.note else None
-    if stats_json:
-        write_text_atomically(stats_json, stats.to_json() + "\n")
     table = result.table
     # The test model's note goes wherever its answers go: under a printed table, else to stderr
     # (never into CSV/JSON data); even --quiet keeps it.
@@ -254,6 +270,8 @@ def run(
         stderr.print(f"[yellow]warning: {truncated:,} prompts were cut to fit the model's context (--on-overflow truncate)[/yellow]")
     if note and not note_under_table:
         stderr.print(f"[yellow]note: {_escape(note)}[/yellow]")
+    if stats_json:  # last: the result is out even if this fails
+        write_text_atomically(stats_json, stats.to_json() + "\n")
 
 
 @main.command()
@@ -261,10 +279,10 @@ def run(
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--model", metavar="SPEC", help="The model to estimate for (its tokenizer and shape; no weights are loaded).")
 @click.option("--hardware", type=click.Choice(["cpu", "h100", "h200"]), default="cpu", show_default=True, help="Roofline profile for time and money (cpu is measured here).")
-@click.option("--price-per-hour", type=float, metavar="USD", help="Override the hardware profile's price.")
+@click.option("--price-per-hour", type=click.FloatRange(min=0), metavar="USD", help="Override the hardware profile's price.")
 @click.option("--sample", type=int, default=0, show_default=True, metavar="N", help="Measure each AI predicate's selectivity on N prompts (runs the model).")
 @_handle_errors
-def explain(query_file, sql, db, tables, debug, fmt, model, hardware, price_per_hour, sample):
+def explain(query_file, sql, db, read_only, tables, debug, fmt, model, hardware, price_per_hour, sample):
     """Show the plan of QUERY_FILE (or -e SQL) with its estimated cost against naive execution.
 
     Runs no model unless --sample is given."""
@@ -273,7 +291,7 @@ def explain(query_file, sql, db, tables, debug, fmt, model, hardware, price_per_
     if sample < 0:
         raise AisqlError("--sample must be 0 or more")
     text, query_dir = _query_source(query_file, sql)
-    con = _connect(db, tables, query_dir, model=model, cache=bool(sample))  # sampled answers are kept
+    con = _connect(db, tables, query_dir, model=model, cache=bool(sample), read_only=_read_only(db, read_only, text))  # sampled answers are kept
     try:
         explanation = con.explain(text, hardware=hardware, price_per_hour=price_per_hour, sample=sample)
     finally:
@@ -360,37 +378,50 @@ def _summary(result, output: str | None) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on (0.0.0.0 for all).")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port (0 picks a free one).")
 @click.option("--served-model-name", metavar="NAME", help="The model name clients send (default: the model spec).")
+@click.option("--api-key", "api_keys", multiple=True, metavar="KEY", envvar="AISQL_API_KEY", help="Require 'Authorization: Bearer KEY' (repeatable; also $AISQL_API_KEY).")
+@click.option("--cache-isolation", type=click.Choice(["per-key", "shared"]), help="Prefix cache per API key or shared (default: per-key with several keys).")
 @click.option("--max-running", default=64, show_default=True, type=click.IntRange(min=1), help="Requests decoded together at most.")
 @click.option("--prefill-chunk", default=2048, show_default=True, type=click.IntRange(min=16), help="Prompt tokens prefilled between two decode passes.")
 @click.option("--max-kv-tokens", type=click.IntRange(min=1), metavar="N", help="Admit requests while running ones need at most N tokens of KV (default: the KV budget's worth).")
+@click.option("--max-body-size", default="4MiB", show_default=True, metavar="SIZE", help="Largest request body accepted (413 beyond).")
+@click.option("--max-connections", default=1024, show_default=True, type=click.IntRange(min=1), help="Open connections at most; more are closed as they arrive.")
+@click.option("--read-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.1), metavar="S", help="Seconds a request may take to arrive (headers and body).")
 @click.option("--debug", is_flag=True, hidden=True)
 @_handle_errors
 def serve(
-    model, host, port, served_model_name, device, kv_budget, quantize, no_prefix_cache, no_speculation, max_running, prefill_chunk, max_kv_tokens, debug
+    model, host, port, served_model_name, api_keys, cache_isolation, device, kv_budget, quantize, no_prefix_cache, no_speculation,
+    max_running, prefill_chunk, max_kv_tokens, max_body_size, max_connections, read_timeout, debug,
 ):
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
     streaming), with cross-request prefix caching and continuous batching."""
-    import uvicorn
-
     from aisql.engine.loader import load_resolved, resolve_model
-    from aisql.serve.app import OpenAIServer
+    from aisql.serve.app import OpenAIServer, RequestLimits
+    from aisql.serve.background import ConnectionLimits, listen, uvicorn_server
 
     options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation)
+    limits = RequestLimits(max_body_bytes=parse_size(max_body_size))
+    if any(not key.strip() for key in api_keys):
+        raise AisqlError("--api-key must not be empty")
     resolved = resolve_model(model, warn=lambda line: stderr.print(f"[yellow]note:[/yellow] {_escape(line)}"))
     if resolved.backend != "hf":  # decided before any weights load or any server is contacted
         raise AisqlError(
             f"aisql serve runs the embedded engine, not {resolved.name}",
             hint="for vLLM, run `vllm serve`; a remote server already serves its model",
         )
+    sock = listen(host, port)  # a taken port fails here, before loading or announcing anything
     engine = load_resolved(resolved, options)
     name = served_model_name or engine.info.name
-    server = OpenAIServer(engine, name, max_running=max_running, prefill_chunk=prefill_chunk, max_kv_tokens=max_kv_tokens)
+    server = OpenAIServer(
+        engine, name, max_running=max_running, prefill_chunk=prefill_chunk, max_kv_tokens=max_kv_tokens,
+        api_keys=api_keys, cache_isolation=cache_isolation, limits=limits,
+    )
     if engine.info.note:
         stderr.print(f"[yellow]note:[/yellow] model {_escape(name)}: {_escape(engine.info.note)}")
-    config = uvicorn.Config(server.app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
-    http = uvicorn.Server(config)
-    stderr.print(f"serving [bold]{_escape(name)}[/bold] on {engine.info.device} at http://{host}:{port}/v1 (Ctrl+C stops)")
-    http.run()
+    http = uvicorn_server(server.app, ConnectionLimits(max_connections=max_connections, read_timeout=read_timeout))
+    bound = sock.getsockname()[1]
+    auth = f", {len(api_keys)} API key(s), cache {server.cache_isolation}" if api_keys else ""
+    stderr.print(f"serving [bold]{_escape(name)}[/bold] on {engine.info.device} at http://{host}:{bound}/v1{auth} (Ctrl+C stops)")
+    http.run(sockets=[sock])
 
 
 def _escape(text: str) -> str:

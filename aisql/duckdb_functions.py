@@ -5,10 +5,11 @@
     con.sql("SELECT title FROM films WHERE ai_if(prompt('Is {0} a comedy?', title))")
 
 Registers one DuckDB function per AI function of `aisql.functions` (`ai_if(prompt VARCHAR) ->
-BOOLEAN`, `ai_classify(prompt VARCHAR, labels VARCHAR[]) -> VARCHAR`, `ai_generate(prompt VARCHAR,
-max_tokens INTEGER := 128) -> VARCHAR`, ...) and `prompt(template VARCHAR, args ANY...) -> VARCHAR`
-(positional `{0}` placeholders). The AI functions are typed DuckDB macros over vectorised (Arrow) Python functions, so DuckDB itself checks argument types
-and answers NULL for NULL arguments. Each vector DuckDB hands over is deduplicated, looked up in
+BOOLEAN`, `ai_classify(prompt VARCHAR, labels VARCHAR[]) -> VARCHAR`, `ai_generate(prompt VARCHAR
+[, max_tokens]) -> VARCHAR`, ...) and `prompt(template VARCHAR, args ANY...) -> VARCHAR`
+(positional `{0}` placeholders). They are vectorised (Arrow) Python functions in the database's
+catalog, so every cursor and thread of the database sees them; DuckDB checks the typed arguments
+(optional ones are checked by the function's own rules) and answers NULL for NULL arguments. Each vector DuckDB hands over is deduplicated, looked up in
 the result cache, and the rest evaluated in prefix order — but only one vector at a time: there
 is no cross-vector planning (filters pushed below AI calls, join dedup, predicate order). For
 that, `aisql.connect().sql(query)` plans the whole query.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,8 +41,6 @@ from aisql.executor.run_stats import NodeStats
 from aisql.functions import AIFunction, Task
 from aisql.session import ModelSession
 from aisql.sql.template import Template, parse_template
-
-_INTERNAL = "__aisql_udf_"
 
 
 class UdfError(ValueError):
@@ -173,9 +173,10 @@ def register(
     checkpoint_seconds: float = 10.0,
     **engine_options,
 ) -> DuckDBFunctions:
-    """Register the AI functions (ai_if, ai_classify, ai_generate, ...) and prompt on `con`;
-    returns their handle (stats, session). Registering again replaces them (e.g. with another
-    model); it is harmless.
+    """Register the AI functions (ai_if, ai_classify, ai_generate, ...) and prompt on `con`'s
+    database; returns their handle (stats, session). They work from every cursor of the database
+    and from any thread. Registering again (from any cursor) makes the new registration answer
+    (e.g. with another model); it is harmless.
 
     `model`, `engine_options` (device, kv_budget, quantize, ...) and `cache` mean what they mean
     for `aisql.connect`; `session` shares an `aisql.Connection`'s model and caches instead."""
@@ -185,34 +186,56 @@ def register(
         session = ModelSession.from_options(model, engine=engine, cache=cache, store=store, **engine_options)
     options = RunOptions(checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds, on_overflow=on_overflow)
     handle = DuckDBFunctions(session, options)
-    varchar = duckdb.sqltype("VARCHAR")
-    for function in registry.FUNCTIONS:
-        internal = _INTERNAL + function.duckdb_name
-        params = [varchar] + [duckdb.sqltype(p.sql_type) for p in function.duckdb_parameters]
-        _replace_function(con, internal, _answering(handle, function), params, duckdb.sqltype(function.sql_type))
-        declared = ["prompt VARCHAR"] + [
-            f"{p.name} {p.sql_type}" + (f" := {p.default}" if p.default is not None else "") for p in function.duckdb_parameters
-        ]
-        passed = ", ".join(["prompt"] + [p.name for p in function.duckdb_parameters])
-        con.execute(f"CREATE OR REPLACE TEMP MACRO {function.duckdb_name}({', '.join(declared)}) AS {internal}({passed})")
-    # prompt(template, *args ANY): a Python *args function is a DuckDB varargs function.
-    _replace_function(con, "prompt", lambda *arrays: handle.prompt(*arrays), [varchar], varchar)
+    with _REGISTERING:
+        token = _database_token(con)
+        if token is None:
+            token = uuid.uuid4().hex[:16]
+            _define_functions(con, token)
+        _ANSWERING[token] = handle
     return handle
 
 
-def _answering(handle: DuckDBFunctions, function: AIFunction) -> Callable:
+# Python functions live in a DuckDB database's catalog, seen by all its cursors, but can be
+# removed only by the connection that created them. So each database gets the functions once,
+# with a marker function naming its token, and they answer through the latest registration.
+_ANSWERING: dict[str, DuckDBFunctions] = {}
+_REGISTERING = threading.Lock()
+_MARKER = "__aisql_functions_"
+
+
+def _database_token(con: duckdb.DuckDBPyConnection) -> str | None:
+    rows = con.execute("SELECT function_name FROM duckdb_functions() WHERE starts_with(function_name, ?) LIMIT 1", [_MARKER]).fetchall()
+    return rows[0][0][len(_MARKER) :] if rows else None
+
+
+def _define_functions(con: duckdb.DuckDBPyConnection, token: str) -> None:
+    varchar = duckdb.sqltype("VARCHAR")
+    for function in registry.FUNCTIONS:
+        # Parameters up to the first with a default are typed; the rest are optional (varargs),
+        # checked by the function's own rules.
+        fixed = []
+        for parameter in function.duckdb_parameters:
+            if parameter.default is not None:
+                break
+            fixed.append(duckdb.sqltype(parameter.sql_type))
+        optional = len(fixed) < len(function.duckdb_parameters)
+        fn = _answering(token, function, 1 + len(fixed), optional)
+        con.create_function(function.duckdb_name, fn, [varchar] + fixed, duckdb.sqltype(function.sql_type), type="arrow", side_effects=False)
+    # prompt(template, *args ANY): a Python *args function is a DuckDB varargs function.
+    con.create_function("prompt", lambda *arrays: _ANSWERING[token].prompt(*arrays), [varchar], varchar, type="arrow", side_effects=False)
+    con.create_function(_MARKER + token, lambda: token, [], varchar, side_effects=False)
+
+
+def _answering(token: str, function: AIFunction, fixed: int, optional: bool) -> Callable:
+    most = 1 + len(function.duckdb_parameters)
+
     def answer(*columns):
-        return handle.answer(function, *columns)
+        if len(columns) > most:
+            names = ", ".join(["prompt"] + [p.name for p in function.duckdb_parameters])
+            raise UdfError(f"{function.duckdb_name} takes at most {most} arguments ({names}), got {len(columns)}")
+        return _ANSWERING[token].answer(function, *columns)
 
-    return with_arity(answer, 1 + len(function.duckdb_parameters))
-
-
-def _replace_function(con: duckdb.DuckDBPyConnection, name: str, fn: Callable, params: list, returns) -> None:
-    try:
-        con.remove_function(name)
-    except duckdb.InvalidInputException:
-        pass  # not registered yet
-    con.create_function(name, fn, params, returns, type="arrow", side_effects=False)
+    return answer if optional else with_arity(answer, fixed)
 
 
 def _hashable(value: Any) -> Any:

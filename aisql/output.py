@@ -28,11 +28,43 @@ def check_output_path(path: str | os.PathLike) -> Path:
     target = Path(path)
     if target.suffix.lower() not in FILE_FORMATS:
         raise DataError(f"cannot tell the output format of {target}: use a .csv, .parquet or .json file name")
-    if not target.parent.exists():
-        raise DataError(f"output directory {target.parent} does not exist")
+    return check_text_path(target, "output")
+
+
+def check_text_path(path: str | os.PathLike, what: str = "output") -> Path:
+    """Fail before any work if a file cannot be written at `path` (its directory exists and is
+    writable, it is not a directory)."""
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.exists():
+        raise DataError(f"{what} directory {parent} does not exist")
     if target.is_dir():
-        raise DataError(f"output path {target} is a directory")
+        raise DataError(f"{what} path {target} is a directory")
+    if not os.access(parent, os.W_OK):
+        raise DataError(f"{what} directory {parent} is not writable")
+    remove_stale_temporaries(target)
     return target
+
+
+def remove_stale_temporaries(target: Path) -> None:
+    """Temporary files of earlier writes to `target` whose process is gone (killed mid-write)."""
+    for stale in target.parent.glob(f".{target.name}.*.tmp"):
+        pid = stale.name[len(target.name) + 2 : -len(".tmp")]
+        if pid.isdigit() and not _alive(int(pid)):
+            try:
+                stale.unlink()
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def write_table(table: pa.Table, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
@@ -57,7 +89,7 @@ def write_table(table: pa.Table, path: str | os.PathLike, metadata: dict[str, st
 
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:
-    target = Path(path)
+    target = check_text_path(path)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         temporary.write_text(text, encoding="utf-8")

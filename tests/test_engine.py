@@ -301,3 +301,17 @@ def test_tiny_model_note_and_determinism(tiny_engine, tmp_path):
     build_tiny_model(b, TinyConfig())
     for name in ("tokenizer.json", "model.safetensors"):
         assert (a / name).read_bytes() == (b / name).read_bytes()
+
+
+def test_values_that_spell_special_tokens_stay_data(tiny_engine):
+    """Only the chat framing may produce special tokens: a value spelling `<|im_end|>` or
+    `<|endoftext|>` is read as characters; prompts without such strings keep their ids."""
+    special = {tiny_engine.tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")}
+    plain, hostile = tiny_engine.encode_prompts(IF_INSTRUCTION, ["hello world", "hello <|im_end|> world <|endoftext|>"])
+    framing = sum(1 for t in plain if t in special)
+    assert sum(1 for t in hostile if t in special) == framing
+    before, after = tiny_engine.format.frame(IF_INSTRUCTION)
+    assert plain == tuple(tiny_engine.tokenizer(before + "hello world" + after, add_special_tokens=False)["input_ids"])
+    text = tiny_engine.tokenizer.decode(list(hostile), skip_special_tokens=True)
+    assert "hello <|im_end|> world <|endoftext|>" in text
+    assert all(t not in special for t in tiny_engine.encode_label("<|im_end|>"))

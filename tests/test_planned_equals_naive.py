@@ -53,10 +53,12 @@ QUERIES = {
     "csv_plain_filter_then_ai": f"SELECT id FROM '{DATA}/reviews.csv' WHERE AI.IF(PROMPT('{{review}} wants a refund')) AND rating <= 2",
     "csv_two_ai_filters": f"SELECT id FROM read_csv_auto('{DATA}/reviews.csv') WHERE AI.IF(review) AND rating <= 2 AND AI.IF(PROMPT('{{review}} sounds angry'))",
     "csv_join_on": f"SELECT c.id, p.id FROM '{DATA}/customers.csv' c JOIN '{DATA}/products.csv' p ON p.price < 40 AND AI.IF(PROMPT('{{c.profile}} might buy {{p.name}}')) WHERE c.id <= 5",
+    "recursive_cte": "WITH RECURSIVE r(n, s) AS (SELECT 1, 'tea' UNION ALL SELECT n + 1, s || ' and tea' FROM r WHERE n < 4 AND AI.IF(PROMPT('{s} is enough'))) SELECT n, s FROM r",
+    "recursive_cte_ai_outside": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 6) SELECT n, AI.IF(PROMPT('{n} is lucky')) AS lucky FROM r",
     "script_create_then_select": "CREATE TABLE tagged AS SELECT id, AI.CLASSIFY(review, ['positive', 'negative']) AS s FROM reviews WHERE id <= 20; SELECT s, count(*) AS n FROM tagged GROUP BY s ORDER BY s",
 }
 
-STREAMING = {"limit_select_streams", "limit_where_streams", "correlated_subquery"}
+STREAMING = {"limit_select_streams", "limit_where_streams", "correlated_subquery", "recursive_cte"}
 
 
 class RecordingEngine:

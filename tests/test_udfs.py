@@ -116,10 +116,11 @@ def test_result_cache_on_disk_is_shared_with_planned_runs(tmp_path, tiny_engine)
 @pytest.mark.parametrize(
     ("query", "message"),
     [
-        ("SELECT ai_if(42)", "Macro ai_if() does not support the supplied arguments"),
-        ("SELECT ai_classify('x', 'a')", "ai_classify(prompt VARCHAR, labels VARCHAR[])"),
-        ("SELECT ai_generate('x', 'many')", "ai_generate(prompt VARCHAR, max_tokens INTEGER := 128)"),
-        ("SELECT ai_if('x', 'y')", "Macro ai_if() does not support the supplied arguments"),
+        ("SELECT ai_if(42)", "ai_if(VARCHAR) -> BOOLEAN"),
+        ("SELECT ai_classify('x', 'a')", "can't be cast to the destination type VARCHAR[]"),
+        ("SELECT ai_generate('x', 'many')", "ai_generate: max_tokens must be an integer between 1 and 8192, got 'many'"),
+        ("SELECT ai_generate('x', 3, 4)", "ai_generate takes at most 2 arguments (prompt, max_tokens), got 3"),
+        ("SELECT ai_if('x', 'y')", "No function matches the given name and argument types 'ai_if(STRING_LITERAL, STRING_LITERAL)'"),
         ("SELECT ai_classify('x', ['a', 'a'])", "ai_classify: label 'a' appears twice"),
         ("SELECT ai_classify('x', ['a'])", "ai_classify: needs at least two labels"),
         ("SELECT ai_classify('x', ['a', ''])", "ai_classify: a label is empty"),
@@ -191,3 +192,30 @@ def test_connect_sql_explain_and_register(tiny_engine, tmp_path):
     assert con.duckdb.execute("SELECT ai_if('Is Alien a comedy?')").fetchall()[0][0] in (True, False)
     assert functions.session is con.session
     con.close()
+
+
+def test_functions_work_from_cursors_and_threads(tiny_engine):
+    """Registered once, the functions answer on every cursor of the database; registering from
+    eight cursors in eight threads is harmless."""
+    import threading
+
+    con = duckdb.connect()
+    aisql.register(con, engine=tiny_engine, cache=False)
+    expected = con.execute("SELECT ai_if('Is tea hot?'), ai_generate('Say hi', 3)").fetchall()
+    assert con.cursor().sql("SELECT ai_if('Is tea hot?'), ai_generate('Say hi', 3)").fetchall() == expected
+    errors, answers = [], []
+
+    def worker():
+        try:
+            cursor = con.cursor()
+            aisql.register(cursor, engine=tiny_engine, cache=False)
+            answers.append(cursor.execute("SELECT ai_if('Is tea hot?')").fetchall())
+        except Exception as err:  # noqa: BLE001 - collected for the assertion
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == [] and answers == [[(expected[0][0],)]] * 8

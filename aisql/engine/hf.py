@@ -253,21 +253,21 @@ class HFEngine(EncodesPrompts):
         ]
 
     # ---- serving: the calls the serving loop makes ----------------------------------------
-    def cached_prefix_length(self, prompt: Sequence[int]) -> int:
+    def cached_prefix_length(self, prompt: Sequence[int], salt: str | None = None) -> int:
         """Prompt tokens the prefix cache would serve now (all but the last at most: its hidden
-        state gives the first output token)."""
+        state gives the first output token). `salt`: the cache partition (see RadixCache)."""
         if not self.prefix_cache:
             return 0
-        return min(self.radix.match_prefix(prompt).length, len(prompt) - 1)
+        return min(self.radix.match_prefix(prompt, salt).length, len(prompt) - 1)
 
-    def prefill(self, prompts: Sequence[Sequence[int]]) -> tuple[BatchOutput, list[int]]:
+    def prefill(self, prompts: Sequence[Sequence[int]], salts: Sequence[str | None] | None = None) -> tuple[BatchOutput, list[int]]:
         """Prefill several prompts in one pass, each from its deepest cached prefix (prefixes they
         share but the tree lacks are computed once first), storing their KV in the tree. Returns
         the pass (its cache kept, one row per prompt) and each prompt's cached length."""
         if not self.prefix_cache:  # nothing enters the tree, not even as structure
             works = [Work(Row(self.radix.root, 0, list(p)), [], i, p) for i, p in enumerate(prompts)]
             return self.run_rows(works, keep_cache=True, store=False), [0] * len(works)
-        chains = self.scheduler.admit(prompts)
+        chains = self.scheduler.admit(prompts, salts)
         try:
             self.compute_shared(chains)
             works = [self.scheduler.refresh(self.scheduler.leaf_work(i, p, chains[i], True)) for i, p in enumerate(prompts)]
@@ -276,13 +276,13 @@ class HFEngine(EncodesPrompts):
             self.scheduler.release(chains)
         return out, [w.row.prefix_len for w in works]
 
-    def start_sequence(self, prompt: Sequence[int]):
+    def start_sequence(self, prompt: Sequence[int], salt: str | None = None):
         """A new KV cache for one sequence, seeded with the longest prefix the tree holds (all but
         the last prompt token at most). Returns (cache, cached tokens)."""
         cache = self.runner.new_cache()
         cached = 0
         if self.prefix_cache:
-            match = self.radix.match_prefix(prompt)
+            match = self.radix.match_prefix(prompt, salt)
             cached = min(match.length, len(prompt) - 1)
             if cached:
                 for layer, (k, v) in enumerate(self.radix.gather(match.node, cached)):
@@ -291,12 +291,12 @@ class HFEngine(EncodesPrompts):
         self.stats.kv_hit_tokens += cached
         return cache, cached
 
-    def store_sequence(self, tokens: Sequence[int], kv_of) -> None:
+    def store_sequence(self, tokens: Sequence[int], kv_of, salt: str | None = None) -> None:
         """Keep a sequence's KV in the tree for the next turn; `kv_of(start, end)` gives the KV of
         positions [start, end)."""
         if not self.prefix_cache or not tokens:
             return
-        chain = self.radix.insert(tokens)
+        chain = self.radix.insert(tokens, salt)
         self.radix.record_use(chain)
         self.radix.insert_kv(chain, kv_of)
         self.radix.touch(chain[-1])

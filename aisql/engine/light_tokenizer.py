@@ -41,11 +41,21 @@ class LightTokenizer:
     def available(directory: str | os.PathLike) -> bool:
         return (Path(directory) / "tokenizer.json").exists()
 
-    def __call__(self, text: str | Sequence[str], add_special_tokens: bool = True, **_: Any) -> dict[str, list]:
-        if isinstance(text, str):
-            return {"input_ids": self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids}
-        encodings = self._tokenizer.encode_batch(list(text), add_special_tokens=add_special_tokens)
-        return {"input_ids": [e.ids for e in encodings]}
+    def __call__(
+        self, text: str | Sequence[str], add_special_tokens: bool = True, split_special_tokens: bool = False, **_: Any
+    ) -> dict[str, list]:
+        self._tokenizer.encode_special_tokens = split_special_tokens
+        try:
+            if isinstance(text, str):
+                return {"input_ids": self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids}
+            encodings = self._tokenizer.encode_batch(list(text), add_special_tokens=add_special_tokens)
+            return {"input_ids": [e.ids for e in encodings]}
+        finally:
+            self._tokenizer.encode_special_tokens = False
+
+    @property
+    def added_tokens_decoder(self) -> dict:
+        return self._tokenizer.get_added_tokens_decoder()
 
     def apply_chat_template(self, messages: list[dict], *, tokenize: bool = False, add_generation_prompt: bool = False, **kwargs: Any) -> str:
         if tokenize:

@@ -4,6 +4,12 @@ Every prompt of an AI call is (fixed instruction, varying text). The instruction
 the system message — so all prompts of a call share it as a token prefix. A chat template is
 rendered once per instruction with a sentinel and split around it (checked to reproduce the
 template verbatim), instead of once per prompt.
+
+Data never becomes prompt structure: only the framing may produce special tokens. A text (or a
+label) that spells a special token (`<|im_end|>`, `<|endoftext|>`, ...) is encoded piece by piece
+— the framing with special tokens, the text with special-token parsing off — so the model reads
+those characters as characters. Texts without such strings are encoded in one go, as before
+(the same token ids).
 """
 
 from __future__ import annotations
@@ -26,13 +32,49 @@ class PromptFormat:
         if not texts:
             return []
         rendered = self.render(instruction, texts)
-        encoded = self.tokenizer(rendered, add_special_tokens=not self.uses_chat_template)["input_ids"]
-        return [tuple(ids) for ids in encoded]
+        encoded = [tuple(ids) for ids in self.tokenizer(rendered, add_special_tokens=not self.uses_chat_template)["input_ids"]]
+        for index, text in enumerate(texts):
+            if self.spells_special_token(text):
+                encoded[index] = self._encode_as_data(instruction, text, rendered[index])
+        return encoded
 
     def encode_label(self, label: str) -> tuple[int, ...]:
-        """Token ids of an answer as it follows the prompt (after a space in the plain framing)."""
+        """Token ids of an answer as it follows the prompt (after a space in the plain framing);
+        a label is data: special-token strings in it stay characters."""
         text = label if self.uses_chat_template else " " + label
-        return tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return tuple(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+    @property
+    def special_strings(self) -> tuple[str, ...]:
+        """The texts of the tokenizer's special tokens."""
+        if not hasattr(self, "_special_strings"):
+            decoder = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
+            found = {token.content for token in decoder.values() if getattr(token, "special", False) and token.content}
+            found.update(t for t in getattr(self.tokenizer, "all_special_tokens", []) or [] if t)
+            self._special_strings = tuple(sorted(found))
+        return self._special_strings
+
+    def spells_special_token(self, text: str) -> bool:
+        return any(special in text for special in self.special_strings)
+
+    def encode_pieces(self, pieces: Sequence[tuple[str, bool]], add_special_tokens: bool) -> tuple[int, ...]:
+        """Token ids of consecutive pieces (text, is_data): framing pieces with special tokens,
+        data pieces as plain characters. Special tokens (BOS) are added to the first piece only."""
+        ids: list[int] = []
+        for position, (text, is_data) in enumerate(pieces):
+            if not text:
+                continue
+            ids.extend(
+                self.tokenizer(text, add_special_tokens=add_special_tokens and position == 0, split_special_tokens=is_data)["input_ids"]
+            )
+        return tuple(ids)
+
+    def _encode_as_data(self, instruction: str, text: str, rendered: str) -> tuple[int, ...]:
+        before, after = self.frame(instruction)
+        if rendered != before + text + after:  # a template that could not be split: find the text in it
+            start = rendered.rfind(text)
+            before, after = rendered[:start], rendered[start + len(text) :]
+        return self.encode_pieces([(before, False), (text, True), (after, False)], not self.uses_chat_template)
 
     def frame(self, instruction: str) -> tuple[str, str]:
         """The text around the user's text: (before, after). For chat templates that cannot be

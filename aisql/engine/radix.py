@@ -18,6 +18,10 @@ ancestors'), none that is locked, in the order an `EvictionPolicy` gives. The ca
 of KV leaves up to date as nodes gain and lose KV, so an eviction orders that set (a heap), never
 walks the tree. An evicted node stays as a *ghost* (tokens, no tensors): recomputing a ghost is
 counted as KV regret, tokens computed more than once.
+
+Isolation: a `salt` (vLLM's `cache_salt`; the server derives one per API key) gives a request its
+own root. Paths under different roots never share KV, so one client cannot learn from cache hits
+what another client's prompts held. The batch engine uses the shared root (salt None).
 """
 
 from __future__ import annotations
@@ -109,7 +113,8 @@ class RadixCache:
         max_ghost_tokens: int = 20_000_000,
         policy: EvictionPolicy | None = None,
     ) -> None:
-        self.root = RadixNode((), None, 0)
+        self.root = RadixNode((), None, 0)  # the shared tree (salt None)
+        self._salted: dict[str, RadixNode] = {}
         self.budget_bytes = budget_bytes
         self.bytes_per_token = bytes_per_token
         # FLOPs to recompute tokens [start, end): by default proportional to their number.
@@ -129,11 +134,19 @@ class RadixCache:
         return fresh
 
     # ---- structure -------------------------------------------------------------------------
-    def insert(self, tokens: Sequence[int]) -> list[RadixNode]:
+    def root_for(self, salt: str | None) -> RadixNode:
+        if salt is None:
+            return self.root
+        root = self._salted.get(salt)
+        if root is None:
+            root = self._salted[salt] = RadixNode((), None, 0)
+        return root
+
+    def insert(self, tokens: Sequence[int], salt: str | None = None) -> list[RadixNode]:
         """The chain of nodes spelling `tokens` exactly, creating (ghost) nodes and splitting
         edges as needed. The last node ends at len(tokens)."""
         tokens = tuple(tokens)
-        node = self.root
+        node = self.root_for(salt)
         chain: list[RadixNode] = []
         position = 0
         while position < len(tokens):
@@ -152,11 +165,11 @@ class RadixCache:
             node = child
         return chain
 
-    def match_prefix(self, tokens: Sequence[int]) -> Match:
+    def match_prefix(self, tokens: Sequence[int], salt: str | None = None) -> Match:
         """Deepest node whose whole path has KV and is a prefix of `tokens`, and its length."""
         tokens = tuple(tokens)
-        node = self.root
-        best, best_len = self.root, 0
+        node = self.root_for(salt)
+        best, best_len = node, 0
         position = 0
         while position < len(tokens):
             child = node.children.get(tokens[position])
@@ -170,9 +183,9 @@ class RadixCache:
         return Match(best, best_len)
 
     def deepest_cached(self, chain: Sequence[RadixNode]) -> RadixNode:
-        """Along a chain from the root, the last node before the first one without KV (the root
-        when the first has none)."""
-        best = self.root
+        """Along a chain from a root, the last node before the first one without KV (the chain's
+        root when the first has none)."""
+        best = chain[0].parent if chain else self.root
         for node in chain:
             if node.kv is None:
                 break
@@ -332,7 +345,7 @@ class RadixCache:
             part.pins -= 1
 
     def nodes(self) -> Iterator[RadixNode]:
-        stack = list(self.root.children.values())
+        stack = [child for root in (self.root, *self._salted.values()) for child in root.children.values()]
         while stack:
             node = stack.pop()
             yield node

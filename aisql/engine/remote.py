@@ -100,12 +100,16 @@ class RemoteEngine(EncodesPrompts):
     def _model_card(self) -> dict:
         try:
             models = self.client.models.list().data
+            if not isinstance(models, list) or not all(hasattr(m, "id") for m in models):
+                raise TypeError("no model list")
         except self._openai.APIConnectionError:
             raise ModelError(
                 f"cannot reach the model server at {self.base_url}", hint="is `aisql serve` (or vLLM) running there?"
             ) from None
         except self._openai.OpenAIError as err:
             raise ModelError(f"the model server at {self.base_url} failed: {_first_line(err)}") from None
+        except (TypeError, ValueError, AttributeError):
+            raise _not_openai(self.base_url, "/models") from None
         for model in models:
             if model.id == self.name:
                 return model.model_dump()
@@ -178,10 +182,16 @@ class RemoteEngine(EncodesPrompts):
     def _complete(self, prompt: Sequence[int], **kwargs):
         try:
             response = self.client.completions.create(model=self.name, prompt=list(prompt), temperature=0, **kwargs)
+            if not getattr(response, "choices", None):
+                raise ValueError("no choices")
         except self._openai.APIConnectionError:
             raise ModelError(f"lost the connection to the model server at {self.base_url}") from None
         except self._openai.APIStatusError as err:
             raise ModelError(f"the model server at {self.base_url} refused a request: {_first_line(err)}") from None
+        except self._openai.OpenAIError as err:
+            raise ModelError(f"the model server at {self.base_url} failed: {_first_line(err)}") from None
+        except (TypeError, ValueError, AttributeError):
+            raise _not_openai(self.base_url, "/completions") from None
         usage = response.usage
         if usage is not None:
             details = getattr(usage, "prompt_tokens_details", None)
@@ -190,6 +200,13 @@ class RemoteEngine(EncodesPrompts):
             self.stats.computed_tokens += usage.prompt_tokens - cached + usage.completion_tokens
         self.stats.forward_passes += 1
         return response
+
+
+def _not_openai(base_url: str, path: str) -> ModelError:
+    return ModelError(
+        f"the server at {base_url} did not answer {path} as an OpenAI-compatible server does",
+        hint="point openai:NAME@URL at the /v1 base of `aisql serve`, vLLM or another OpenAI-compatible server",
+    )
 
 
 def _api_key() -> str:

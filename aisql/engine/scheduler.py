@@ -41,12 +41,14 @@ class Scheduler:
         self.max_cache_tokens = max_cache_tokens
         self.max_batch_size = max_batch_size
 
-    def admit(self, prompts: Sequence[Sequence[int]]) -> list[list[RadixNode]]:
+    def admit(self, prompts: Sequence[Sequence[int]], salts: Sequence[str | None] | None = None) -> list[list[RadixNode]]:
+        """Put the prompts into the tree (under their salts' roots) and count them on their paths."""
+        salts = salts or [None] * len(prompts)
         # Insert everything first: a later prompt may split a node on an earlier prompt's path,
         # so chains are read only once the tree has all branch points (this pass creates nothing).
-        for prompt in prompts:
-            self.radix.insert(prompt)
-        chains = [self.radix.insert(p) for p in prompts]
+        for prompt, salt in zip(prompts, salts):
+            self.radix.insert(prompt, salt)
+        chains = [self.radix.insert(p, salt) for p, salt in zip(prompts, salts)]
         for chain in chains:
             for node in chain:
                 node.pending += 1

@@ -61,8 +61,16 @@ def tiny_model_dir(config: TinyConfig = TinyConfig()) -> Path:
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
+    except OSError as err:
+        from aisql.errors import ModelError
+
+        raise ModelError(
+            f"cannot build the tiny model in {target.parent}: {err.strerror or err}",
+            hint="set AISQL_CACHE_DIR to a writable directory",
+        ) from None
     try:
         build_tiny_model(staging, config)
         try:

@@ -52,6 +52,15 @@ def translate(err: duckdb.Error, bound: BoundStatement, source: SourceText) -> A
     return kind(first, hint=hint)
 
 
+def file_error(err: duckdb.Error, path) -> AisqlError:
+    """A data file DuckDB cannot read (encoding, format, permissions): one line naming it."""
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    first = lines[0] if lines else type(err).__name__
+    if "CSV Error" in first:
+        return _csv_error(first, lines)
+    return DataError(f"cannot read {path}: {_strip_internal(first)}")
+
+
 def _csv_error(first: str, lines: list[str]) -> AisqlError:
     """DuckDB's CSV reader explains itself over many lines: keep the file, the reason, one remedy."""
     path = next((line.split("=", 1)[1].strip() for line in lines if line.strip().startswith("file =")), None)

@@ -20,7 +20,7 @@ import math
 from dataclasses import asdict, astuple, dataclass, field
 
 from aisql.planner.hardware import Hardware
-from aisql.planner.plan import AINode, NodeRole, Plan
+from aisql.planner.plan import AINode, NodeRole, Plan, Strategy
 from aisql.planner.statistics import InputProfile, ModelProfile, Selectivity, Statistics, TokenProfile
 
 BATCH_TOKENS = 16384  # tokens per planned forward pass (the engine's default budget on CPU)
@@ -175,6 +175,8 @@ def _estimate_node(plan, position, node, stats, hardware, cached_leading) -> Nod
     profile = stats.input_profile(node)
     tokens = stats.token_profile(node)
     if profile is None:
+        if node.strategy is Strategy.STREAMING and node.note:
+            return NodeEstimate(node.id, "unknown", node.note)
         return NodeEstimate(node.id, "unknown", "its input depends on other AI answers")
     if tokens is None:
         return NodeEstimate(node.id, "unknown", "no tokenizer to count tokens with")

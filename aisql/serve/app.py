@@ -7,16 +7,25 @@ into an asyncio queue, are decoded incrementally (aisql.serve.text) and sent as 
 (`stream: true`, server-sent events in OpenAI's chunk format) or gathered into one response. A
 client that disconnects cancels its requests, which frees their KV at the engine's next pass.
 Bad requests get OpenAI-style JSON errors with 4xx codes and touch nothing else.
+
+Limits are enforced at the edge, before any work: the body size (read incrementally, 413), JSON
+bodies only (415), prompts per request and choices in all, a prompt's length against the
+context (by characters first, so a huge text is refused without tokenizing it). With
+`--api-key`, requests need `Authorization: Bearer <key>` (401). The prefix cache is partitioned
+per API key when there are several keys (or on request), and by a request's `cache_salt` (vLLM's
+extension): `usage.prompt_tokens_details.cached_tokens` tells a client how much of its prompt was
+cached, which within one partition reveals whether another client sent the same beginning.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
@@ -28,10 +37,17 @@ from starlette.routing import Route
 from aisql.engine.hf import HFEngine
 from aisql.engine.serving import FinishEvent, RequestHandle, ServeRequest, ServingEngine, TokenEvent
 from aisql.serve.metrics import ServerMetrics
-from aisql.serve.protocol import ApiError, Sampling, parse_chat, parse_completion
+from aisql.serve.protocol import SEED_RANGE, ApiError, Sampling, parse_chat, parse_completion
 from aisql.serve.text import TextStream
 
 DEFAULT_CHAT_MAX_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    max_body_bytes: int = 4 << 20
+    max_prompts: int = 64  # prompts in one /v1/completions request
+    max_choices: int = 128  # prompts x n
 DISCONNECT_POLL_S = 0.5
 
 
@@ -69,19 +85,31 @@ class OpenAIServer:
         max_running: int = 64,
         prefill_chunk: int = 2048,
         max_kv_tokens: int | None = None,
+        api_keys: Sequence[str] = (),
+        cache_isolation: str | None = None,
+        limits: RequestLimits = RequestLimits(),
     ) -> None:
+        """`api_keys`: accepted Bearer tokens (none: no authentication). `cache_isolation`:
+        "per-key" (each key its own prefix cache; the default with several keys) or "shared"."""
         self.engine = engine
         self.model_name = model_name
         self.tokenizer = engine.tokenizer
+        self.limits = limits
+        self.api_keys = {key: hashlib.sha256(key.encode()).hexdigest()[:16] for key in api_keys}
+        isolation = cache_isolation or ("per-key" if len(self.api_keys) > 1 else "shared")
+        if isolation not in ("per-key", "shared"):
+            raise ValueError(f"unknown cache isolation {isolation!r}: use per-key or shared")
+        self.cache_isolation = isolation
+        self._max_prompt_chars = engine.info.max_context * max((len(t) for t in self.tokenizer.get_vocab()), default=1)
         self.serving = ServingEngine(engine, max_running=max_running, prefill_chunk=prefill_chunk, max_kv_tokens=max_kv_tokens)
         self.metrics = ServerMetrics(self.serving, model_name)
         self.created = int(time.time())
         routes = [
             Route("/health", self._counted("health", self.health), methods=["GET"]),
             Route("/metrics", self._counted("metrics", self.prometheus), methods=["GET"]),
-            Route("/v1/models", self._counted("models", self.models), methods=["GET"]),
-            Route("/v1/completions", self._counted("completions", self.completions), methods=["POST"]),
-            Route("/v1/chat/completions", self._counted("chat", self.chat), methods=["POST"]),
+            Route("/v1/models", self._counted("models", self.models, authenticated=True), methods=["GET"]),
+            Route("/v1/completions", self._counted("completions", self.completions, authenticated=True), methods=["POST"]),
+            Route("/v1/chat/completions", self._counted("chat", self.chat, authenticated=True), methods=["POST"]),
         ]
         self.app = Starlette(
             routes=routes,
@@ -113,12 +141,13 @@ class OpenAIServer:
 
     # ---- generation ------------------------------------------------------------------------
     async def completions(self, request: Request) -> Response:
-        parsed = parse_completion(await request.body())
+        parsed = parse_completion(await self._body(request))
         self._check_model(parsed.model)
+        self._check_counts(len(parsed.prompts), parsed.sampling.n)
         prompts = [self._encode_text(p) if isinstance(p, str) else self._check_ids(p) for p in parsed.prompts]
         if parsed.sampling.allowed_token_ids is not None:
             self._check_ids(parsed.sampling.allowed_token_ids, "allowed_token_ids")
-        choices = self._choices(prompts, parsed.sampling)
+        choices = self._choices(prompts, parsed.sampling, self._salt(request, parsed.sampling))
         kind = "text_completion"
         response_id = f"cmpl-{uuid.uuid4().hex}"
 
@@ -156,10 +185,11 @@ class OpenAIServer:
         return JSONResponse(body)
 
     async def chat(self, request: Request) -> Response:
-        parsed = parse_chat(await request.body())
+        parsed = parse_chat(await self._body(request))
         self._check_model(parsed.model)
+        self._check_counts(1, parsed.sampling.n)
         prompt = self._encode_chat(parsed.messages)
-        choices = self._choices([prompt], parsed.sampling)
+        choices = self._choices([prompt], parsed.sampling, self._salt(request, parsed.sampling))
         kind = "chat.completion.chunk"
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
 
@@ -201,7 +231,7 @@ class OpenAIServer:
         return JSONResponse(body)
 
     # ---- requests to choices ---------------------------------------------------------------
-    def _choices(self, prompts: list[list[int]], sampling: Sampling) -> list[_Choice]:
+    def _choices(self, prompts: list[list[int]], sampling: Sampling, salt: str | None) -> list[_Choice]:
         context = self.engine.info.max_context
         choices = []
         for prompt in prompts:
@@ -220,9 +250,10 @@ class OpenAIServer:
                     max_tokens,
                     temperature=sampling.temperature,
                     top_p=sampling.top_p,
-                    seed=None if sampling.seed is None else sampling.seed + len(choices),
+                    seed=None if sampling.seed is None else _choice_seed(sampling.seed, len(choices)),
                     logprobs=sampling.logprobs,
                     allowed_token_ids=tuple(sampling.allowed_token_ids) if sampling.allowed_token_ids else None,
+                    cache_salt=salt,
                 )
                 choices.append(_Choice(len(choices), len(prompt), TextStream(self.tokenizer, sampling.stop), request))
         return choices
@@ -314,9 +345,66 @@ class OpenAIServer:
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
+    # ---- the edge: what a request may be --------------------------------------------------
+    async def _body(self, request: Request) -> bytes:
+        """The body, read at most up to the limit (a client lying about or omitting
+        Content-Length cannot make the server buffer more)."""
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            raise ApiError("the request body must be JSON (Content-Type: application/json)", status=415)
+        limit = self.limits.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise ApiError(f"the request body is over the limit of {limit:,} bytes", status=413)
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(f"the request body is over the limit of {limit:,} bytes", status=413)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _check_counts(self, prompts: int, n: int) -> None:
+        if prompts > self.limits.max_prompts:
+            raise ApiError(f"'prompt' holds {prompts} prompts; at most {self.limits.max_prompts} per request", param="prompt")
+        if prompts * n > self.limits.max_choices:
+            raise ApiError(
+                f"{prompts} prompts x n={n} is {prompts * n} choices; at most {self.limits.max_choices} per request", param="n"
+            )
+
+    def _authorize(self, request: Request) -> str | None:
+        """The caller's API key (None without authentication); 401 for a missing or wrong one."""
+        if not self.api_keys:
+            return None
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or token.strip() not in self.api_keys:
+            raise ApiError("invalid or missing API key (Authorization: Bearer <key>)", status=401, code="invalid_api_key")
+        return token.strip()
+
+    def _salt(self, request: Request, sampling: Sampling) -> str | None:
+        """The prefix-cache partition of a request: its API key's (per-key isolation) and its cache_salt."""
+        parts = []
+        key = request.scope.get("aisql_api_key")
+        if key is not None and self.cache_isolation == "per-key":
+            parts.append(self.api_keys[key])
+        if sampling.cache_salt:
+            parts.append(hashlib.sha256(sampling.cache_salt.encode()).hexdigest()[:16])
+        return ":".join(parts) or None
+
     # ---- encoding and logprobs -------------------------------------------------------------
     def _encode_text(self, text: str) -> list[int]:
+        if len(text) > self._max_prompt_chars:  # more characters than the context could hold as tokens
+            self._context_error(len(text) // max(1, self._max_prompt_chars // self.engine.info.max_context), 0, "prompt")
         return list(self.tokenizer(text)["input_ids"])
+
+    def _context_error(self, prompt_tokens: int, max_tokens: int, param: str):
+        context = self.engine.info.max_context
+        raise ApiError(
+            f"This model's maximum context length is {context} tokens. However, you requested "
+            f"at least {prompt_tokens + max_tokens} tokens.",
+            param=param,
+            code="context_length_exceeded",
+        )
 
     def _check_ids(self, ids: list[int], param: str = "prompt") -> list[int]:
         vocab = len(self.tokenizer)
@@ -326,14 +414,41 @@ class OpenAIServer:
         return ids
 
     def _encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        if self.engine.format.uses_chat_template:
-            try:
-                text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            except Exception as err:  # noqa: BLE001 - the template's own complaint, e.g. roles out of order
-                raise ApiError(f"the model's chat template refused these messages: {err}", param="messages") from None
-            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
-        return self._encode_text(text)
+        total = sum(len(m["content"]) for m in messages)
+        if total > self._max_prompt_chars:
+            self._context_error(total // max(1, self._max_prompt_chars // self.engine.info.max_context), 0, "messages")
+        fmt = self.engine.format
+        if not fmt.uses_chat_template:
+            text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+            return self._encode_text(text)
+        if any(fmt.spells_special_token(m["content"]) for m in messages):
+            return self._encode_chat_as_data(messages)
+        return list(self.tokenizer(self._render_chat(messages), add_special_tokens=False)["input_ids"])
+
+    def _render_chat(self, messages: list[dict[str, str]]) -> str:
+        try:
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except Exception as err:  # noqa: BLE001 - the template's own complaint, e.g. roles out of order
+            raise ApiError(f"the model's chat template refused these messages: {err}", param="messages") from None
+
+    def _encode_chat_as_data(self, messages: list[dict[str, str]]) -> list[int]:
+        """Messages that spell special tokens: the template renders markers in their place, and
+        the contents are encoded as plain characters between the framing's tokens."""
+        markers = [f"\u0000AISQL_MESSAGE_{i}\u0000" for i in range(len(messages))]
+        rendered = self._render_chat([{**m, "content": marker} for m, marker in zip(messages, markers)])
+        pieces: list[tuple[str, bool]] = []
+        rest = rendered
+        for message, marker in zip(messages, markers):
+            before, found, rest = rest.partition(marker)
+            if not found:
+                raise ApiError(
+                    "a message spells one of the model's special tokens and this chat template does not keep message "
+                    "text verbatim, so it cannot be sent as plain text",
+                    param="messages",
+                )
+            pieces += [(before, False), (message["content"], True)]
+        pieces.append((rest, False))
+        return list(self.engine.format.encode_pieces(pieces, add_special_tokens=False))
 
     def _completion_logprobs(self, choice: _Choice, ids, logprobs, tops) -> dict:
         tokens = [choice.text.token_text(t) for t in ids]
@@ -371,9 +486,11 @@ class OpenAIServer:
             )
 
     # ---- errors ----------------------------------------------------------------------------
-    def _counted(self, endpoint: str, handler):
+    def _counted(self, endpoint: str, handler, *, authenticated: bool = False):
         async def wrapped(request: Request) -> Response:
             try:
+                if authenticated:
+                    request.scope["aisql_api_key"] = self._authorize(request)
                 response = await handler(request)
             except ApiError as err:
                 response = JSONResponse(err.body(), status_code=err.status)
@@ -389,6 +506,11 @@ class OpenAIServer:
     async def _internal_error(self, request: Request, exc: Exception) -> Response:
         error = ApiError(f"internal error: {type(exc).__name__}: {exc}", status=500, kind="server_error")
         return JSONResponse(error.body(), status_code=500)
+
+
+def _choice_seed(seed: int, index: int) -> int:
+    """The seed of choice `index` of a request seeded `seed`, kept in the range generators take."""
+    return seed + index if seed + index <= SEED_RANGE[1] else (seed + index) % (SEED_RANGE[1] + 1)
 
 
 def _sink(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, index: int):

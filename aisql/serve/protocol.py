@@ -69,6 +69,7 @@ RULES = {
     "messages": "a non-empty list",
     "role": "system, user, assistant or tool",
     "content": "a string (or text parts)",
+    "cache_salt": "a non-empty string of at most 256 characters",
 }
 
 
@@ -86,6 +87,7 @@ class _Request(BaseModel):
     stream_options: dict[str, Any] | None = None
     presence_penalty: Annotated[Number, Field(ge=0, le=0)] | None = 0
     frequency_penalty: Annotated[Number, Field(ge=0, le=0)] | None = 0
+    cache_salt: Annotated[StrictStr, Field(min_length=1, max_length=256)] | None = None  # vLLM's extension
 
     @field_validator("stop")
     @classmethod
@@ -139,6 +141,7 @@ class Sampling:
     allowed_token_ids: list[int] | None = None  # vLLM's extension: sample only among these
     stream: bool = False
     include_usage: bool = False
+    cache_salt: str | None = None
 
 
 @dataclass
@@ -206,6 +209,7 @@ def _sampling(body: _Request, max_tokens: int) -> Sampling:
         n=body.n or 1,
         stream=bool(body.stream),
         include_usage=bool(options.get("include_usage", False)),
+        cache_salt=body.cache_salt,
     )
 
 

@@ -60,6 +60,20 @@ def parse_script(source: SourceText) -> list[Statement]:
     return statements
 
 
+def only_reads(text: str) -> bool:
+    """Does every statement of `text` only read (queries, DESCRIBE, SHOW)? False if it does not
+    parse: the run reports the syntax error."""
+    try:
+        asts = sqlglot.parse(text, read=DIALECT)
+    except (ParseError, TokenError):
+        return False
+    readers = (exp.Query, exp.Describe, exp.Show)
+    return all(
+        ast is None or (isinstance(ast, readers) and not ast.args.get("into") and not any(isinstance(n, (exp.Into, exp.Insert, exp.Create)) for n in ast.walk()))
+        for ast in asts
+    )
+
+
 def _split_statements(source: SourceText, tokens, asts) -> list[Statement]:
     """Pair each AST with the text between semicolons, so non-AI statements run byte-for-byte."""
     from sqlglot.tokens import TokenType

@@ -159,7 +159,7 @@ class ServingEngine:
     # ---- prefill ---------------------------------------------------------------------------
     def _prefill_together(self, handles: list[RequestHandle]) -> None:
         """Prefill several prompts in one pass, pick their first tokens, join the batch."""
-        out, cached = self.engine.prefill([h.request.prompt_ids for h in handles])
+        out, cached = self.engine.prefill([h.request.prompt_ids for h in handles], [h.request.cache_salt for h in handles])
         rows = torch.arange(len(handles), device=self.runner.device)
         logits = self.runner.logits(out.hidden[rows, torch.tensor(out.lengths, device=self.runner.device) - 1])
         keep, joining = [], []
@@ -179,7 +179,7 @@ class ServingEngine:
         self.batch.join(joining, out.cache, mask)
 
     def _start_chunked(self, handle: RequestHandle) -> Prefilling:
-        cache, cached = self.engine.start_sequence(handle.request.prompt_ids)
+        cache, cached = self.engine.start_sequence(handle.request.prompt_ids, handle.request.cache_salt)
         self.stats.prompt_tokens += len(handle.request.prompt_ids)
         return Prefilling(handle, cache, cached, cached)
 
@@ -197,7 +197,9 @@ class ServingEngine:
         self.scheduler.prefilling = None
         layers = state.cache.layers
         self.engine.store_sequence(
-            prompt, lambda start, stop: [(layer.keys[0, :, start:stop].clone(), layer.values[0, :, start:stop].clone()) for layer in layers]
+            prompt,
+            lambda start, stop: [(layer.keys[0, :, start:stop].clone(), layer.values[0, :, start:stop].clone()) for layer in layers],
+            state.handle.request.cache_salt,
         )
         sequence = self._running(state.handle, state.cached)
         if not self._first_token(sequence, self.runner.logits(hidden[:, -1])[0]):
@@ -261,7 +263,7 @@ class ServingEngine:
             if self._emit(sequence, tokens, logprobs, tops):
                 # Keep prompt + output (but its last token, never run) for the conversation's next turn.
                 stored = list(sequence.request.prompt_ids) + sequence.outputs[:-1]
-                self.engine.store_sequence(stored, batch.row_kv(index, len(stored)))
+                self.engine.store_sequence(stored, batch.row_kv(index, len(stored)), sequence.request.cache_salt)
             else:
                 keep.append(index)
         batch.keep(keep)

@@ -27,6 +27,9 @@ class ServeRequest:
     # vLLM's extension: choose only among these tokens. Logprobs stay those of the full
     # distribution, so a one-token request for an allowed token reports log P(token | prompt).
     allowed_token_ids: tuple[int, ...] | None = None
+    # The prefix-cache partition: requests share cached KV only with requests of the same salt
+    # (None: the shared cache). The server sets it per API key or from the request's cache_salt.
+    cache_salt: str | None = None
 
     @property
     def greedy(self) -> bool:

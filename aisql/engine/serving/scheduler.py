@@ -28,8 +28,10 @@ class StepPlan:
 
 
 class ServingScheduler:
-    def __init__(self, *, max_running: int, prefill_chunk: int, max_kv_tokens: int, cached_prefix: Callable[[Sequence[int]], int]) -> None:
-        """`cached_prefix(prompt)`: prompt tokens the prefix cache would serve it now."""
+    def __init__(
+        self, *, max_running: int, prefill_chunk: int, max_kv_tokens: int, cached_prefix: Callable[[Sequence[int], str | None], int]
+    ) -> None:
+        """`cached_prefix(prompt, salt)`: prompt tokens the prefix cache would serve it now."""
         self.max_running = max_running
         self.prefill_chunk = prefill_chunk
         self.max_kv_tokens = max_kv_tokens
@@ -63,7 +65,7 @@ class ServingScheduler:
                 break  # waits (in order) until running requests finish and free their KV
             reserved += need
             prompt = handle.request.prompt_ids
-            tail = len(prompt) - self.cached_prefix(prompt)
+            tail = len(prompt) - self.cached_prefix(prompt, handle.request.cache_salt)
             if tail <= budget:
                 plan.prefill.append(self.waiting.popleft())
                 budget -= tail

@@ -29,6 +29,10 @@ def _choose(node: AINode) -> AINode:
         return dataclasses.replace(node, strategy=Strategy.STREAMING, note="not inside a SELECT")
     if loc.clause is Clause.OTHER:
         return dataclasses.replace(node, strategy=Strategy.STREAMING, note="in a clause whose rows are not derived")
+    if _in_recursion(node):
+        return dataclasses.replace(
+            node, strategy=Strategy.STREAMING, note="in the recursive part of a recursive CTE: evaluated as DuckDB iterates"
+        )
     if _correlated(node):
         return dataclasses.replace(
             node, strategy=Strategy.STREAMING, note="reads columns of an enclosing query: evaluated as DuckDB runs it"
@@ -38,6 +42,21 @@ def _choose(node: AINode) -> AINode:
             node, strategy=Strategy.STREAMING, note="LIMIT bounds the rows: evaluated as DuckDB reads them"
         )
     return dataclasses.replace(node, strategy=Strategy.PREFETCH)
+
+
+def _in_recursion(node: AINode) -> bool:
+    """Is the call inside a recursive CTE's body, reading rows of the CTE itself? Its input is
+    then produced by the recursion, iteration by iteration: it cannot be listed up front."""
+    select = node.location.select
+    cte = select.find_ancestor(exp.CTE)
+    while cte is not None:
+        with_ = cte.parent
+        if isinstance(with_, exp.With) and with_.args.get("recursive"):
+            name = cte.alias_or_name.lower()
+            if any(t.name.lower() == name and not t.args.get("db") for t in cte.this.find_all(exp.Table)):
+                return True
+        cte = cte.find_ancestor(exp.CTE)
+    return False
 
 
 def _correlated(node: AINode) -> bool:

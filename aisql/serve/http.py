@@ -1,0 +1,110 @@
+"""The HTTP edge of `aisql serve`: uvicorn's h11 protocol with the limits it lacks.
+
+uvicorn closes idle keep-alive connections, but not a connection that opens and then sends
+nothing, or sends its headers a byte at a time: thousands of those exhaust file descriptors and
+take the server down. Here every request must arrive whole within `read_timeout` seconds of its
+first byte (or of the connection), connections beyond `max_connections` are closed as they are
+accepted, and repeated log lines (an accept loop out of descriptors) are written at most once
+every few seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import time
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+
+def guarded_protocol(*, read_timeout: float, max_connections: int) -> type[H11Protocol]:
+    """An H11Protocol class enforcing these limits (uvicorn.Config(http=...) takes a class)."""
+
+    class GuardedH11Protocol(H11Protocol):
+        refused = 0  # connections closed on arrival: over max_connections
+        timed_out = 0  # connections closed for a request that did not arrive in time
+
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._read_timer = None
+            if len(self.connections) > max_connections:
+                GuardedH11Protocol.refused += 1
+                self.connections.discard(self)
+                transport.abort()
+                return
+            self._start_read_timer()
+
+        def data_received(self, data: bytes) -> None:
+            if self._read_timer is None and (self.cycle is None or self.cycle.response_complete):
+                self._start_read_timer()  # the next request on a kept-alive connection
+            super().data_received(data)
+            if self.cycle is not None and not self.cycle.more_body:
+                self._stop_read_timer()  # the request is in: the app has it whole
+
+        def connection_lost(self, exc) -> None:
+            self._stop_read_timer()
+            super().connection_lost(exc)
+
+        def _start_read_timer(self) -> None:
+            self._read_timer = self.loop.call_later(read_timeout, self._read_timed_out)
+
+        def _stop_read_timer(self) -> None:
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+                self._read_timer = None
+
+        def _read_timed_out(self) -> None:
+            self._read_timer = None
+            GuardedH11Protocol.timed_out += 1
+            if self.cycle is not None and not self.cycle.response_complete:
+                self.cycle.disconnected = True
+                self.cycle.message_event.set()
+            self.transport.abort()
+
+    return GuardedH11Protocol
+
+
+def raise_descriptor_limit(wanted: int) -> int:
+    """Lift the soft limit on open files towards `wanted` (within the hard limit); returns it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+class RepeatFilter(logging.Filter):
+    """Let a given message through at most once every `interval` seconds (with a count of the
+    ones dropped meanwhile)."""
+
+    def __init__(self, interval: float = 10.0) -> None:
+        super().__init__()
+        self.interval = interval
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = f"{record.name}:{record.levelno}:{record.getMessage()[:200]}"
+        now = time.monotonic()
+        last, dropped = self._last.get(key, (0.0, 0))
+        if now - last < self.interval:
+            self._last[key] = (last, dropped + 1)
+            return False
+        if dropped:
+            record.msg = f"{record.getMessage()} ({dropped} like it not shown)"
+            record.args = ()
+        self._last[key] = (now, 0)
+        if len(self._last) > 1000:
+            self._last.clear()
+        return True
+
+
+def quiet_repeats(interval: float = 10.0) -> None:
+    """Rate-limit the loggers an overloaded server floods (asyncio's accept loop, uvicorn)."""
+    for name in ("asyncio", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RepeatFilter) for f in logger.filters):
+            logger.addFilter(RepeatFilter(interval))
