@@ -66,3 +66,16 @@ def test_placeholders_bind_like_sql_columns(tiny_engine, name):
         assert rows == expected_rows, f"naive={naive}"
         if naive:
             assert prompts == expected_prompts
+
+
+def test_output_columns_are_named_as_written(tiny_engine):
+    """An unaliased AI column is named after the expression the user wrote, never after the
+    bound call aisql generated (`__aisql_...(CAST(...))`), in planned and naive runs alike."""
+    import aisql
+
+    con = aisql.connect(engine=tiny_engine, cache=False)
+    con.register("t", pa.table({"txt": ["apple"]}))
+    for naive in (False, True):
+        names = con.run("SELECT txt, AI.IF(PROMPT('{txt} ok')), upper(AI.GENERATE(PROMPT('say {txt}'), max_tokens => 2)) FROM t", naive=naive).table.column_names
+        assert names[1] == "AI.IF(PROMPT('{txt} ok'))" and names[2].startswith("UPPER(AI.GENERATE(")
+        assert not any("__aisql" in name for name in names)

@@ -230,3 +230,11 @@ def test_hostile_mix_while_normal_clients_are_served(server):
     assert sum(report.hostile.values()) > 20
     assert not any(key.endswith(":500") for key in report.hostile_statuses), report.hostile_statuses
     assert healthy(server)
+
+
+def test_json_nested_100000_deep_is_a_400_without_recursion():
+    from aisql.serve.protocol import ApiError, parse_completion
+
+    with pytest.raises(ApiError) as raised:
+        parse_completion(b'{"model": "tiny", "prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    assert raised.value.status == 400 and "not valid JSON" in raised.value.message
