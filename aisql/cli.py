@@ -403,7 +403,7 @@ def serve(
     if any(not key.strip() for key in api_keys):
         raise AisqlError("--api-key must not be empty")
     resolved = resolve_model(model, warn=lambda line: stderr.print(f"[yellow]note:[/yellow] {_escape(line)}"))
-    if resolved.backend != "hf":  # decided before any weights load or any server is contacted
+    if resolved.backend not in ("hf", "gguf"):  # decided before any weights load or any server is contacted
         raise AisqlError(
             f"aisql serve runs the embedded engine, not {resolved.name}",
             hint="for vLLM, run `vllm serve`; a remote server already serves its model",

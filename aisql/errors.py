@@ -39,6 +39,11 @@ class AisqlError(Exception):
         return text
 
 
+class AisqlWarning(UserWarning):
+    """Something that changes what results mean (a fallback model, say), raised through
+    `warnings.warn` in the Python API and DuckDB functions; the CLI prints it as one line."""
+
+
 class SqlSyntaxError(AisqlError):
     """The SQL text does not parse."""
 

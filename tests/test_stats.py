@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from conftest import EXAMPLES
 
 from aisql.cli import main
-from aisql.functions.ai_if import INSTRUCTION as IF_INSTRUCTION
+from aisql.functions.ai_if import FRAMING as IF_INSTRUCTION
 from aisql.sql import SourceText, bind_statement, parse_script
 
 
@@ -29,16 +29,17 @@ def test_hot_leads_stats_by_counting(tiny_engine, tmp_path, monkeypatch):
             WHERE c.country = 'Germany' AND p.price < 100"""
     ).fetchall()
     texts = [f"{profile} might buy this: {description}" for profile, description in pairs]
-    lengths = {t: len(tiny_engine.encode_prompt(IF_INSTRUCTION, t)) for t in set(texts)}
+    tails = sum(len(tiny_engine.encode_label(label, IF_INSTRUCTION)) - 1 for label in ("Yes", "No"))
+    lengths = {t: len(tiny_engine.encode_prompt(IF_INSTRUCTION, t)) + tails for t in set(texts)}
 
     assert stats["model"] == "tiny" and "meaningless" in stats["model_note"]
     assert stats["prompts_total"] == len(pairs) == 190
     assert stats["prompts_unique"] == len(set(texts))
     assert stats["prompts_evaluated"] == len(set(texts))
-    assert stats["logical_tokens"] == sum(lengths[t] for t in texts)  # TRUE/FALSE are one token each
+    assert stats["logical_tokens"] == sum(lengths[t] for t in texts)
     # A fresh engine computes each distinct token prefix exactly once: the prefix-tree minimum.
     prompts = tiny_engine.encode_prompts(IF_INSTRUCTION, sorted(set(texts)))
-    assert stats["computed_tokens"] == prefix_tree_size(prompts)
+    assert stats["computed_tokens"] == prefix_tree_size(prompts) + tails * len(prompts)
     assert stats["kv_regret_tokens"] == 0
     # Each prompt reads from the cache what it shares with another prompt (its last token it runs).
     by_text = dict(zip(sorted(set(texts)), prompts))
@@ -82,15 +83,15 @@ def test_dedup_counts_with_repeated_values(make_connection, tiny_engine):
     source = SourceText(sql)
     (call,) = bind_statement(parse_script(source)[0], source, "__x_").calls
     task = call.task
-    labels = [tiny_engine.encode_label(l) for l in task.labels]
+    labels = [tiny_engine.encode_label(l, task.framing) for l in task.labels]
     tails = sum(len(l) - 1 for l in labels)
-    cost = {t: len(tiny_engine.encode_prompt(task.instruction, t)) + tails for t in set(reviews)}
+    cost = {t: len(tiny_engine.encode_prompt(task.framing, t)) + tails for t in set(reviews)}
 
     (node,) = result.stats.nodes
     assert node.prompts_total == len(reviews) == 120
     assert node.prompts_unique == len(set(reviews)) < 20
     assert node.logical_tokens == sum(cost[t] for t in reviews)
-    prompts = tiny_engine.encode_prompts(task.instruction, sorted(set(reviews)))
+    prompts = tiny_engine.encode_prompts(task.framing, sorted(set(reviews)))
     assert node.computed_tokens == prefix_tree_size(prompts) + tails * len(set(reviews))
-    assert node.computed_tokens * 20 < node.logical_tokens
+    assert node.computed_tokens * 10 < node.logical_tokens  # 120 rows, under 20 distinct texts
     assert node.kv_regret_tokens == 0

@@ -10,7 +10,7 @@ import pytest
 from aisql.engine import EngineOptions, GenerateRequest, ScoreRequest, load_engine
 from aisql.engine.tiny import tiny_model_dir
 from aisql.errors import ModelError
-from aisql.functions.ai_if import INSTRUCTION as IF_INSTRUCTION
+IF_INSTRUCTION = "You are a careful data analyst. Decide whether the statement about the data is true. Answer TRUE or FALSE only."
 
 FAKES = str(Path(__file__).parent / "fakes")
 TEXTS = ["A tent for two.", "Espresso grinder with forty settings.", "Yoga mat, six millimetres thick."]

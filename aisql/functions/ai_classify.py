@@ -13,13 +13,13 @@ from typing import Any, Sequence
 from sqlglot import exp
 
 from aisql.errors import BindError
+from aisql.engine.prompt_format import Framing
 from aisql.functions import arguments
 from aisql.functions.base import AIFunction, DuckDBParameter, Options, Request, Task, best_label
 
-INSTRUCTION = (
-    "You are a careful data analyst. Classify the input into exactly one of these categories: {labels}. "
-    "Answer with the category only."
-)
+# The user's prompt, then the categories; the reply begun so that a category comes next.
+SUFFIX = "\n\nAnswer with one of these categories: {labels}."
+ANSWER_PREFIX = "The answer is:"
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,9 @@ class AiClassify(AIFunction):
         return ClassifyOptions(arguments.check_labels(self.duckdb_name, list(labels or [])))
 
     def task(self, options: ClassifyOptions) -> Task:
-        listed = ", ".join(repr(label) for label in options.labels)
-        return Task(self, INSTRUCTION.format(labels=listed), options.labels)
+        listed = ", ".join(options.labels)
+        framing = Framing(system=None, suffix=SUFFIX.format(labels=listed), answer_prefix=ANSWER_PREFIX, label_prefix=" ")
+        return Task(self, framing, options.labels)
 
     def value_from_scores(self, task: Task, logprobs: Sequence[float]) -> str:
         return task.labels[best_label(logprobs)]

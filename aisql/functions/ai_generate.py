@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from aisql.engine.prompt_format import Framing
 from aisql.functions import arguments
 from aisql.functions.base import AIFunction, DuckDBParameter, Options, Request, Task
 
@@ -41,7 +42,7 @@ class AiGenerate(AIFunction):
         return GenerateOptions(arguments.check_max_tokens(self.duckdb_name, max_tokens))
 
     def task(self, options: GenerateOptions) -> Task:
-        return Task(self, INSTRUCTION, max_tokens=options.max_tokens)
+        return Task(self, Framing(system=INSTRUCTION), max_tokens=options.max_tokens)
 
     def output_tokens(self, options: GenerateOptions) -> float:
         return float(options.max_tokens)

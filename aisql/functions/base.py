@@ -7,8 +7,8 @@ An `AIFunction` declares
 - its argument rules: `read_options` for SQL literals, `options_from_values` for the values
   DuckDB hands a registered function — both end in the same checks (`aisql.functions.arguments`);
 - its result type in SQL and Arrow;
-- what it asks the model: a `Task` (the instruction framing, placed first so every prompt of the
-  call shares it; labels to score or a token budget) and which engine request carries it;
+- what it asks the model: a `Task` (the framing around the prompt — system message, suffix,
+  the start of the answer —; labels to score or a token budget) and which engine request carries it;
 - how the engine's answer becomes the SQL value.
 
 The engine never sees these objects: the executor turns a Task into engine requests. The front
@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Sequence
 
 from sqlglot import exp
 
+from aisql.engine.prompt_format import Framing
 from aisql.errors import BindError
 from aisql.functions import arguments
 
@@ -51,19 +52,25 @@ class DuckDBParameter:
 
 @dataclass(frozen=True, eq=False)
 class Task:
-    """What the model is asked, per prompt text, for one AI call.
+    """What the model is asked, per prompt text, for one AI call: the framing around the text
+    (aisql.engine.prompt_format.Framing), labels to score or a token budget.
 
     Two tasks with the same signature give the same answer to the same prompt: the signature,
-    with the model's fingerprint, is where the result cache keeps the answers."""
+    with the model's fingerprint, is where the result cache keeps the answers. Every part of
+    the framing is in it, so answers asked another way are never served."""
 
     function: "AIFunction"
-    instruction: str
+    framing: Framing
     labels: tuple[str, ...] = ()
     max_tokens: int | None = None
 
     @property
     def signature(self) -> str:
-        payload = "\x1f".join([self.function.name, self.instruction, *self.labels, str(self.max_tokens)])
+        framing = self.framing
+        parts = [self.function.name, framing.system if framing.system is not None else "\x00model default", *self.labels, str(self.max_tokens)]
+        if framing != Framing(system=framing.system):  # framings beyond a system message (since aisql 0.2)
+            parts += ["framing-v2", framing.suffix, framing.answer_prefix, framing.label_prefix]
+        payload = "\x1f".join(parts)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def store_key(self, model_fingerprint: str) -> str:
@@ -81,7 +88,7 @@ class Task:
         return hash(self._key())
 
     def _key(self) -> tuple:
-        return (self.function.name, self.instruction, self.labels, self.max_tokens)
+        return (self.function.name, self.framing, self.labels, self.max_tokens)
 
 
 class AIFunction:
