@@ -145,6 +145,7 @@ def main() -> None:
 _engine = [
     click.option("--model", metavar="SPEC", help="'tiny', a Hugging Face id, a model directory, vllm:ID or openai:NAME@URL (default: $AISQL_MODEL, then Qwen/Qwen3-0.6B)."),
     click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
+    click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto", show_default=True, help="Compute dtype (auto: float32 on CPU, bfloat16 on CUDA)."),
     click.option("--kv-budget", metavar="SIZE", help="Memory for the prefix KV cache, e.g. 2GB (default: from free memory)."),
     click.option("--quantize", type=click.Choice(["int8", "fp8", "bf16"]), help="Opt-in weight quantization (int8 on CPU); outputs say so."),
     click.option("--no-prefix-cache", is_flag=True, help="Do not reuse KV across prompts or requests (for comparisons)."),
@@ -152,7 +153,7 @@ _engine = [
 ]
 
 
-def _engine_options(device: str, kv_budget: str | None, quantize: str | None, no_prefix_cache: bool, no_speculation: bool):
+def _engine_options(device: str, kv_budget: str | None, quantize: str | None, no_prefix_cache: bool, no_speculation: bool, dtype: str = "auto"):
     from aisql.engine.loader import EngineOptions
     from aisql.engine.numerics import check_device
 
@@ -160,6 +161,7 @@ def _engine_options(device: str, kv_budget: str | None, quantize: str | None, no
 
     return EngineOptions(
         device=device,
+        dtype=dtype,
         kv_budget=parse_size(kv_budget) if kv_budget else None,
         quantize=quantize,
         prefix_cache=not no_prefix_cache,
@@ -205,7 +207,7 @@ def _apply(options):
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts (or 10 s).")
 @_handle_errors
 def run(
-    query_file, sql, db, read_only, tables, debug, model, device, kv_budget, quantize, no_prefix_cache, no_speculation,
+    query_file, sql, db, read_only, tables, debug, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation,
     output, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
     cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every,
 ):
@@ -217,7 +219,7 @@ def run(
         check_output_path(output)
     if stats_json:
         check_text_path(stats_json, "--stats-json")
-    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation)
+    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype)
     if cache_path and no_cache:
         raise AisqlError("give either --cache PATH or --no-cache, not both")
     cache = False if no_cache else (cache_path or True)
@@ -389,7 +391,7 @@ def _summary(result, output: str | None) -> None:
 @click.option("--debug", is_flag=True, hidden=True)
 @_handle_errors
 def serve(
-    model, host, port, served_model_name, api_keys, cache_isolation, device, kv_budget, quantize, no_prefix_cache, no_speculation,
+    model, host, port, served_model_name, api_keys, cache_isolation, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation,
     max_running, prefill_chunk, max_kv_tokens, max_body_size, max_connections, read_timeout, debug,
 ):
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
@@ -398,7 +400,7 @@ def serve(
     from aisql.serve.app import OpenAIServer, RequestLimits
     from aisql.serve.background import ConnectionLimits, listen, uvicorn_server
 
-    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation)
+    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype)
     limits = RequestLimits(max_body_bytes=parse_size(max_body_size))
     if any(not key.strip() for key in api_keys):
         raise AisqlError("--api-key must not be empty")

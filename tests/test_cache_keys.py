@@ -1,7 +1,7 @@
 """Result-cache keys are a contract with every cache already on disk: they must never change by
 accident (a changed key silently pays for every cached answer again; a reused key could serve a
 wrong one). GENERATE's key and model fingerprints are those aisql computed at commit 0feeee6.
-IF's and CLASSIFY's framing changed on purpose (TRUE/FALSE -> "The answer is: Yes/No"): their
+IF's framing (TRUE/FALSE -> "The answer is: Yes/No") and CLASSIFY's instruction changed on purpose: their
 keys must differ from 0feeee6's, so answers cached under the old framing are never served."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ OLD_IF, OLD_CLASSIFY = "FP/0ef14eac8d7ded44", "FP/1d072cc02143e671"  # the TRUE/
 
 def test_task_keys_are_pinned():
     assert by_name("IF").task(Options()).store_key("FP") == "FP/64ae128b57d1a208" != OLD_IF
-    assert by_name("CLASSIFY").task(ClassifyOptions(("a", "b c"))).store_key("FP") == "FP/0a8e212098f1e972" != OLD_CLASSIFY
+    assert by_name("CLASSIFY").task(ClassifyOptions(("a", "b c"))).store_key("FP") == "FP/b0bade385783c735" != OLD_CLASSIFY
     assert by_name("GENERATE").task(GenerateOptions(7)).store_key("FP") == "FP/ce85d2f83d33fd92"  # unchanged since 0feeee6
 
 

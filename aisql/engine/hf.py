@@ -23,7 +23,9 @@ from aisql.engine.model_runner import BatchOutput, ModelRunner, Row
 from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
 from aisql.engine.radix import RadixCache
 from aisql.engine.scheduler import Scheduler, Work
+from aisql.engine import flat as flat_attention
 from aisql.engine.decode import DecodeRow, decode_pass, greedy_accept, settle
+from aisql.engine.flat import FlatOutput, Segment
 from aisql.engine.speculative import NgramIndex, SpeculationConfig
 
 
@@ -39,6 +41,7 @@ class HFEngine(EncodesPrompts):
         kv_budget_bytes: int = 1 << 30,
         prefix_cache: bool = True,
         speculation: SpeculationConfig | None = SpeculationConfig(),
+        flat: bool = True,
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -47,6 +50,12 @@ class HFEngine(EncodesPrompts):
         self.format = PromptFormat(tokenizer)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.runner = ModelRunner(model, self.stats, pad_id)
+        # Scoring and prefix filling run flattened (no padding, prefixes read once per pass)
+        # where the architecture's attention is plain; batched decoding keeps the padded cache.
+        self.flat = flat and flat_attention.supported(model)
+        if self.flat:
+            flat_attention.register()
+            model.config._attn_implementation = flat_attention.ATTENTION
         self.device = self.runner.device
         self.prefix_cache = prefix_cache and self.runner.supports_prefix_cache
         self.radix = RadixCache(
@@ -119,6 +128,8 @@ class HFEngine(EncodesPrompts):
             self.compute_shared([w.chain for w in window])
 
     def _score_batch(self, batch: list[Work], requests: list[ScoreRequest], reuse: bool) -> list[LabelScores]:
+        if self.flat:
+            return self._score_flat(batch, requests, reuse)
         needs_tail = any(len(label) > 1 for r in requests for label in r.label_ids)
         out = self.run_rows(batch, keep_cache=needs_tail or reuse, store=reuse)
         rows = torch.arange(len(batch), device=self.device)
@@ -137,6 +148,41 @@ class HFEngine(EncodesPrompts):
             values = first_logits[b, : len(r.label_ids)].double().clone()
             for k in range(len(r.label_ids)):
                 values[k] += tails.get((b, k), 0.0)
+            scores.append(LabelScores(tuple(torch.log_softmax(values, dim=0).tolist())))
+        return scores
+
+    def _score_flat(self, batch: list[Work], requests: list[ScoreRequest], reuse: bool) -> list[LabelScores]:
+        """One flattened pass: every request's tokens, and the tails of its multi-token labels as
+        segments continuing it (so full-likelihood labels cost no second pass)."""
+        segments = [Segment(w.row.prefix, w.row.prefix_len, w.row.tokens, w.row.prefix_len) for w in batch]
+        tails: list[tuple[int, int, int]] = []  # (request, label, segment)
+        for b, (work, request) in enumerate(zip(batch, requests)):
+            for k, label in enumerate(request.label_ids):
+                if len(label) > 1:
+                    tails.append((b, k, len(segments)))
+                    segments.append(Segment(work.row.prefix, work.row.prefix_len, label[:-1], work.row.prefix_len + len(work.row.tokens), parent=b))
+        out = self.run_segments(batch, segments, store=reuse)
+        lasts = torch.tensor([out.last(b, len(w.row.tokens)) for b, w in enumerate(batch)], device=self.device)
+        width = max(len(r.label_ids) for r in requests)
+        first = torch.zeros((len(batch), width), dtype=torch.long, device=self.device)
+        for b, r in enumerate(requests):
+            first[b, : len(r.label_ids)] = torch.tensor([label[0] for label in r.label_ids], device=self.device)
+        first_logits = self.runner.label_logits(out.hidden[lasts], first)
+        tail_scores: dict[tuple[int, int], float] = {}
+        if tails:
+            positions = [out.offsets[s] + j for _, _, s in tails for j in range(len(segments[s].tokens))]
+            logprobs = torch.log_softmax(self.runner.logits(out.hidden[torch.tensor(positions, device=self.device)]), dim=-1)
+            row = 0
+            for b, k, s in tails:
+                targets = requests[b].label_ids[k][1:]
+                steps = torch.arange(row, row + len(targets), device=self.device)
+                tail_scores[(b, k)] = float(logprobs[steps, torch.tensor(targets, device=self.device)].double().sum())
+                row += len(targets)
+        scores = []
+        for b, r in enumerate(requests):
+            values = first_logits[b, : len(r.label_ids)].double().clone()
+            for k in range(len(r.label_ids)):
+                values[k] += tail_scores.get((b, k), 0.0)
             scores.append(LabelScores(tuple(torch.log_softmax(values, dim=0).tolist())))
         return scores
 
@@ -309,7 +355,10 @@ class HFEngine(EncodesPrompts):
             level.sort(key=lambda w: len(w.row.tokens))  # independent rows: similar lengths pad less
             for batch in self.scheduler.batches(level):
                 batch = [w for w in map(self.scheduler.refresh, batch) if w is not None]
-                if batch:
+                if batch and self.flat:
+                    segments = [Segment(w.row.prefix, w.row.prefix_len, w.row.tokens, w.row.prefix_len) for w in batch]
+                    self.run_segments(batch, segments, store=True, requests=False)
+                elif batch:
                     self.run_rows(batch, keep_cache=True, store=True, requests=False)
 
     def run_rows(self, batch: list[Work], keep_cache: bool, store: bool, requests: bool = True) -> BatchOutput:
@@ -323,12 +372,7 @@ class HFEngine(EncodesPrompts):
         try:
             out = self.runner.run([w.row for w in batch], self.radix, keep_cache)
             for b, work in enumerate(batch):
-                if requests:
-                    self.stats.kv_hit_tokens += work.row.prefix_len
-                if work.row.prefix_len < work.row.prefix.end:  # re-ran the end of a cached node
-                    self.radix.record_computed(work.row.prefix, work.row.prefix.end - work.row.prefix_len)
-                for node in work.nodes:
-                    self.radix.record_computed(node)
+                self._after_row(work, requests)
                 if store:
                     offset = work.row.prefix_len
                     self.radix.insert_kv(work.nodes, lambda start, end: self.runner.new_kv(out, b, start - offset, end - offset))
@@ -336,6 +380,35 @@ class HFEngine(EncodesPrompts):
         finally:
             for work in batch:
                 self.radix.unlock(work.row.prefix)
+
+    def run_segments(self, batch: list[Work], segments: list[Segment], store: bool, requests: bool = True) -> FlatOutput:
+        """`run_rows` flattened: the first len(batch) segments are the works' rows; the rest
+        (label tails) continue them. Same bookkeeping: prefix locks, hits, computed nodes, KV."""
+        for work in batch:
+            self.radix.lock(work.row.prefix)
+        try:
+            out = flat_attention.run_flat(self.model, self.runner.decoder, self.runner.cache_kwarg, self.radix, segments, self.runner.pad_id)
+            self.stats.forward_passes += 1
+            for segment in segments:
+                self.runner.count(len(segment.tokens), segment.start)
+            for b, work in enumerate(batch):
+                self._after_row(work, requests)
+                if store:
+                    offset = work.row.prefix_len
+                    self.radix.insert_kv(work.nodes, lambda start, end: out.kv(b, start - offset, end - offset))
+            return out
+        finally:
+            for work in batch:
+                self.radix.unlock(work.row.prefix)
+
+    def _after_row(self, work: Work, requests: bool) -> None:
+        """A row ran: its cached prefix counts as hits (for requests' rows), its nodes as computed."""
+        if requests:
+            self.stats.kv_hit_tokens += work.row.prefix_len
+        if work.row.prefix_len < work.row.prefix.end:  # re-ran the end of a cached node
+            self.radix.record_computed(work.row.prefix, work.row.prefix.end - work.row.prefix_len)
+        for node in work.nodes:
+            self.radix.record_computed(node)
 
     def sync_cache_stats(self) -> None:
         stats = self.radix.stats

@@ -21,7 +21,7 @@ from typing import Callable
 
 from aisql.engine.base import Engine, ModelInfo
 from aisql.engine.fingerprint import directory_fingerprint, numerics_suffix
-from aisql.engine.numerics import available_host_memory, device_type, dtype_name
+from aisql.engine.numerics import available_host_memory, cuda_available, device_type, dtype_name
 from aisql.errors import ModelError
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
@@ -40,6 +40,7 @@ class EngineOptions:
     prefix_cache: bool = True
     speculative: bool = True  # prompt-lookup speculative decoding (lossless)
     quantize: str | None = None  # None | "int8" (CPU) | "fp8" (weights) | "bf16" (weights)
+    vllm_block_size: int | None = None  # vllm: engines: KV block size (default 32 on CPU, 16 on GPU)
 
 
 def resolve_model_spec(spec: str | None) -> tuple[str, bool]:
@@ -387,7 +388,9 @@ def vllm_fingerprint(location: str, options: EngineOptions) -> str:
     """A local vLLM model is identified by content; a Hub id by name (vLLM resolves its revision)."""
     path = Path(location).expanduser()
     base = directory_fingerprint(path) if path.is_dir() else f"vllm:{location}"
-    return base + numerics_suffix("cuda", options.dtype, options.quantize)
+    device = "cuda" if cuda_available() else "cpu"
+    dtype = options.dtype if options.dtype != "auto" else ("float32" if device == "cpu" else "auto")
+    return base + numerics_suffix(device, dtype, options.quantize)
 
 
 def _reachable(endpoint: str) -> bool:

@@ -46,7 +46,7 @@ class ModelRunner:
         self.lm_head = model.get_output_embeddings()
         self.device = next(model.parameters()).device
         params = inspect.signature(self.decoder.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
         config = model.config
         self._softcap = getattr(config, "final_logit_softcapping", None)
         self._logit_scale = getattr(config, "logit_scale", None)
@@ -70,7 +70,7 @@ class ModelRunner:
         cache = self.new_cache()
         ids = torch.tensor([[self.pad_id, self.pad_id]], device=self.device)
         with torch.inference_mode():
-            self.decoder(input_ids=ids, **{self._cache_kwarg: cache, "use_cache": True})
+            self.decoder(input_ids=ids, **{self.cache_kwarg: cache, "use_cache": True})
         layers = getattr(cache, "layers", None)
         if not layers or any(not hasattr(l, "keys") or getattr(l, "is_sliding", False) for l in layers):
             return 0, False
@@ -153,7 +153,7 @@ class ModelRunner:
         target.keys, target.values = keys, values
 
     def forward(self, ids: torch.Tensor, cache, attention_mask=None, position_ids=None) -> torch.Tensor:
-        kwargs = {self._cache_kwarg: cache, "use_cache": cache is not None}
+        kwargs = {self.cache_kwarg: cache, "use_cache": cache is not None}
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask
         if position_ids is not None:
