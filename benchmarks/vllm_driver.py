@@ -36,6 +36,7 @@ def main() -> None:
         logprobs_mode="processed_logprobs",
         max_model_len=4096,
         seed=0,
+        gpu_memory_utilization=0.3,  # on the CPU backend: the share of memory for the KV cache
     )
     print(json.dumps({"loaded_s": round(time.perf_counter() - started, 2)}), flush=True)
     for line in sys.stdin:
