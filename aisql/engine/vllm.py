@@ -14,6 +14,7 @@ scheduler and kernels; aisql brings the prompts in prefix order.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -67,6 +68,10 @@ class VLLMEngine(EncodesPrompts):
             kwargs["dtype"] = options.dtype
         elif on_cpu:
             kwargs["dtype"] = "float32"
+        if on_cpu and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+            # vLLM's CPU backend takes its KV cache as a share of all memory (0.9 by default),
+            # which fails beside anything else loaded (a DuckDB session, another model).
+            kwargs["gpu_memory_utilization"] = 0.3
         try:
             self.llm = vllm.LLM(**kwargs)
         except Exception as err:
