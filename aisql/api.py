@@ -49,11 +49,17 @@ class Connection:
         read_only: bool = False,
         session: ModelSession | None = None,
         warn: Callable[[str], None] | None = None,
+        dialect: str | None = None,
         **model_options,
     ) -> None:
         """`model_options` open this connection's model session (aisql.session.ModelSession:
         model, engine, engine_options, cache, store); `session` shares another connection's (or
-        `aisql.register`'s) model, KV cache and result cache instead."""
+        `aisql.register`'s) model, KV cache and result cache instead. `dialect`: what scripts are
+        written in unless a call says otherwise — duckdb (default), bigquery or snowflake."""
+        from aisql.sql.dialects import dialect_for
+
+        dialect_for(dialect)  # an unknown dialect fails here, not at the first query
+        self.dialect = dialect
         try:
             if read_only and not database:
                 raise DataError("read_only needs a database file (an in-memory database is always writable)")
@@ -103,8 +109,9 @@ class Connection:
     def run(self, sql_text: str, **options) -> QueryResult:
         """Run every statement of `sql_text`; the result is the last one that returned rows, with
         its statistics. `options` are `aisql.executor.query.RunRequest`'s (the options of `aisql
-        run`): naive, hardware, price_per_hour, max_prompts, max_cost, on_overflow,
+        run`): dialect, naive, hardware, price_per_hour, max_prompts, max_cost, on_overflow,
         checkpoint_every, checkpoint_seconds, progress."""
+        options.setdefault("dialect", self.dialect)
         return run_script(self.duckdb, self.session, sql_text, RunRequest(**options))
 
     def sql(self, query: str, **run_options) -> duckdb.DuckDBPyRelation | None:
@@ -122,10 +129,14 @@ class Connection:
 
         return register(self.duckdb if con is None else con, session=self.session, **options)
 
-    def explain(self, sql_text: str, *, hardware: str = "cpu", price_per_hour: float | None = None, sample: int = 0) -> Explanation:
+    def explain(
+        self, sql_text: str, *, hardware: str = "cpu", price_per_hour: float | None = None, sample: int = 0, dialect: str | None = None
+    ) -> Explanation:
         """Plans of every statement with cost estimates, plan vs naive. No model weights are loaded
         unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate."""
-        return explain_script(self.duckdb, self.session, sql_text, hardware=hardware, price_per_hour=price_per_hour, sample=sample)
+        return explain_script(
+            self.duckdb, self.session, sql_text, hardware=hardware, price_per_hour=price_per_hour, sample=sample, dialect=dialect or self.dialect
+        )
 
     def close(self) -> None:
         self.duckdb.close()
@@ -137,11 +148,15 @@ class Connection:
         self.close()
 
 
-def connect(database: str | None = None, *, model: str | None = None, read_only: bool = False, **options) -> Connection:
+def connect(
+    database: str | None = None, *, model: str | None = None, read_only: bool = False, dialect: str | None = None, **options
+) -> Connection:
     """Open an aisql connection (in-memory DuckDB unless `database` names a file; `read_only` as
-    DuckDB's). `options`: engine options (device, kv_budget, quantize, ...) and session options
-    (engine, cache, store, warn)."""
-    return Connection(database, read_only=read_only, session=ModelSession.from_options(model, **options), warn=options.get("warn"))
+    DuckDB's; `dialect` the SQL scripts are written in: duckdb, bigquery or snowflake). `options`:
+    engine options (device, kv_budget, quantize, ...) and session options (engine, cache, store, warn)."""
+    return Connection(
+        database, read_only=read_only, session=ModelSession.from_options(model, **options), warn=options.get("warn"), dialect=dialect
+    )
 
 
 def file_scan_sql(path: str | os.PathLike) -> str:

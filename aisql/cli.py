@@ -100,14 +100,14 @@ def _connect(
     return con
 
 
-def _read_only(db: str | None, requested: bool, text: str) -> bool:
+def _read_only(db: str | None, requested: bool, text: str, dialect: str | None = None) -> bool:
     """Open --db read-only when asked, or when the script only reads (so a read-only warehouse
     file can be queried, and several readers do not conflict on its lock)."""
     if requested or not db or not Path(db).exists():
         return requested
     from aisql.sql.parse import only_reads
 
-    return only_reads(text)
+    return only_reads(text, dialect)
 
 
 class _Commands(click.Group):
@@ -145,7 +145,7 @@ def main() -> None:
 _engine = [
     click.option("--model", metavar="SPEC", help="'tiny', a Hugging Face id, a model directory, vllm:ID or openai:NAME@URL (default: $AISQL_MODEL, then Qwen/Qwen3-0.6B)."),
     click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
-    click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto", show_default=True, help="Compute dtype (auto: float32 on CPU, bfloat16 on CUDA)."),
+    click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16", "float64"]), default="auto", show_default=True, help="Compute dtype (auto: float32 on CPU, bfloat16 on CUDA)."),
     click.option("--kv-budget", metavar="SIZE", help="Memory for the prefix KV cache, e.g. 2GB (default: from free memory)."),
     click.option("--quantize", type=click.Choice(["int8", "fp8", "bf16"]), help="Opt-in weight quantization (int8 on CPU); outputs say so."),
     click.option("--no-prefix-cache", is_flag=True, help="Do not reuse KV across prompts or requests (for comparisons)."),
@@ -175,6 +175,13 @@ _common = [
     click.option("--db", metavar="PATH", help="DuckDB database file (default: in-memory)."),
     click.option("--read-only", is_flag=True, help="Open --db read-only (the default when the statements only read)."),
     click.option("--table", "tables", multiple=True, metavar="NAME=PATH", help="Register a CSV/Parquet/JSON file as a view (repeatable)."),
+    click.option(
+        "--dialect",
+        type=click.Choice(["duckdb", "bigquery", "snowflake"], case_sensitive=False),
+        default="duckdb",
+        show_default=True,
+        help="The SQL dialect the query is written in (a BigQuery or Snowflake query runs unchanged).",
+    ),
     click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors."),
 ]
 
@@ -207,7 +214,7 @@ def _apply(options):
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts (or 10 s).")
 @_handle_errors
 def run(
-    query_file, sql, db, read_only, tables, debug, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation,
+    query_file, sql, db, read_only, tables, dialect, debug, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation,
     output, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
     cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every,
 ):
@@ -223,7 +230,7 @@ def run(
     if cache_path and no_cache:
         raise AisqlError("give either --cache PATH or --no-cache, not both")
     cache = False if no_cache else (cache_path or True)
-    con = _connect(db, tables, query_dir, model=model, engine_options=options, cache=cache, read_only=_read_only(db, read_only, text))
+    con = _connect(db, tables, query_dir, model=model, engine_options=options, cache=cache, read_only=_read_only(db, read_only, text, dialect))
     progress = None
     if stderr.is_terminal and not quiet:
         from aisql.progress_bar import RichProgress
@@ -232,6 +239,7 @@ def run(
     try:
         result = con.run(
             text,
+            dialect=dialect,
             naive=naive,
             hardware=hardware,
             price_per_hour=price_per_hour,
@@ -266,6 +274,8 @@ def run(
             if note:
                 click.echo(f"note: {note}")
     if not quiet:
+        for line in stats.notes:
+            stderr.print(f"[dim]note: {_escape(line)}[/dim]")
         _summary(result, output)
     truncated = stats.totals()["prompts_truncated"]
     if truncated:
@@ -284,7 +294,7 @@ def run(
 @click.option("--price-per-hour", type=click.FloatRange(min=0), metavar="USD", help="Override the hardware profile's price.")
 @click.option("--sample", type=int, default=0, show_default=True, metavar="N", help="Measure each AI predicate's selectivity on N prompts (runs the model).")
 @_handle_errors
-def explain(query_file, sql, db, read_only, tables, debug, fmt, model, hardware, price_per_hour, sample):
+def explain(query_file, sql, db, read_only, tables, dialect, debug, fmt, model, hardware, price_per_hour, sample):
     """Show the plan of QUERY_FILE (or -e SQL) with its estimated cost against naive execution.
 
     Runs no model unless --sample is given."""
@@ -293,9 +303,9 @@ def explain(query_file, sql, db, read_only, tables, debug, fmt, model, hardware,
     if sample < 0:
         raise AisqlError("--sample must be 0 or more")
     text, query_dir = _query_source(query_file, sql)
-    con = _connect(db, tables, query_dir, model=model, cache=bool(sample), read_only=_read_only(db, read_only, text))  # sampled answers are kept
+    con = _connect(db, tables, query_dir, model=model, cache=bool(sample), read_only=_read_only(db, read_only, text, dialect))  # sampled answers are kept
     try:
-        explanation = con.explain(text, hardware=hardware, price_per_hour=price_per_hour, sample=sample)
+        explanation = con.explain(text, hardware=hardware, price_per_hour=price_per_hour, sample=sample, dialect=dialect)
     finally:
         con.close()
     if fmt == "json":

@@ -48,6 +48,7 @@ class QueryResult:
 class RunRequest:
     """How to run a script (the options of `aisql run`)."""
 
+    dialect: str | None = None  # what the script is written in: duckdb (default), bigquery, snowflake
     naive: bool = False
     hardware: str | None = None  # cost the run at this profile's price (stats, --max-cost)
     price_per_hour: float | None = None
@@ -59,11 +60,11 @@ class RunRequest:
     progress: Progress | None = None  # None: silence
 
 
-def bind_script(source: SourceText) -> list[BoundStatement]:
+def bind_script(source: SourceText, dialect: str | None = None) -> list[BoundStatement]:
     """Parse and bind every statement before anything runs, so front-end errors come first."""
     statements = []
     calls_so_far = 0
-    for statement in parse_script(source):
+    for statement in parse_script(source, dialect):
         bound = bind_statement(statement, source, function_prefix=f"__aisql_{next(_RUNS)}_", first_call_number=calls_so_far + 1)
         calls_so_far += len(bound.calls)
         statements.append(bound)
@@ -81,7 +82,8 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         raise AisqlError(f"unknown on_overflow mode {request.on_overflow!r}", hint="use error or truncate")
     started = time.perf_counter()
     source = SourceText(sql_text)
-    statements = bind_script(source)
+    statements = bind_script(source, request.dialect)
+    check_endpoints(statements, session)
     wants_price = any(v is not None for v in (request.hardware, request.price_per_hour, request.max_cost, request.max_prompts))
     profile = hardware_profile(request.hardware or session.default_hardware(), request.price_per_hour, cpu_calibration) if wants_price else None
     budget = None
@@ -135,8 +137,32 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         wall_s=time.perf_counter() - started,
         hardware=profile.name if profile else None,
         price_per_hour=profile.price_per_hour if profile else None,
+        notes=call_notes(statements),
     )
     return QueryResult(table=table, stats=stats, model=used)
+
+
+def call_notes(statements: list[BoundStatement]) -> list[str]:
+    """The AI calls' notes (vendor arguments accepted and ignored), each once, in order."""
+    return list(dict.fromkeys(note for bound in statements for call in bound.calls for note in call.notes))
+
+
+def check_endpoints(statements: list[BoundStatement], session: ModelSession) -> None:
+    """A model named in SQL (BigQuery's `endpoint =>`) must be the run's model: aisql runs one
+    model per run, and silently answering with another would be a wrong answer."""
+    named = [(bound, call) for bound in statements for call in bound.calls if call.endpoint]
+    if not named:
+        return
+    model = session.resolved_model
+    accepted = {model.name.lower(), model.name.rstrip("/").rsplit("/", 1)[-1].lower()}
+    for _, call in named:
+        if call.endpoint.lower() not in accepted:
+            raise AisqlError(
+                f"{call.spelling}: the model {call.endpoint!r} named in the query is not this run's model ({model.name})",
+                line=call.line,
+                col=call.col,
+                hint=f"run with --model {call.endpoint} if aisql can load it, or leave the model out of the call",
+            )
 
 
 def explain_script(
@@ -147,11 +173,13 @@ def explain_script(
     hardware: str = "cpu",
     price_per_hour: float | None = None,
     sample: int = 0,
+    dialect: str | None = None,
 ) -> Explanation:
     """Plans of every statement with cost estimates, plan vs naive. No model weights are loaded
     unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate."""
     source = SourceText(sql_text)
-    statements = bind_script(source)
+    statements = bind_script(source, dialect)
+    check_endpoints(statements, session)
     sampler = SampleEvaluator(lambda: session.engine, session.store, session.fingerprint) if sample else None
     stats = MeasuredStatistics(con, session.facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0)
     profile = hardware_profile(hardware, price_per_hour, cpu_calibration)

@@ -23,6 +23,7 @@ class NodeStats:
     prompts_cached: int = 0  # distinct prompts answered from the result cache (earlier runs, other nodes)
     prompts_evaluated: int = 0  # distinct prompts sent to the model
     prompts_late: int = 0  # prompts the final query needed that prefetch did not cover
+    prompts_skipped: int = 0  # distinct prompts never asked: a LIMIT had its rows (stop_at_limit)
     prompts_sampled: int = 0  # prompts evaluated before planning to measure selectivity
     prompts_truncated: int = 0  # prompts cut to fit the context (--on-overflow truncate)
     logical_tokens: int = 0  # tokens naive execution would run through the model
@@ -68,6 +69,7 @@ _SUMMED = (
     "prompts_cached",
     "prompts_evaluated",
     "prompts_late",
+    "prompts_skipped",
     "prompts_sampled",
     "prompts_truncated",
     "logical_tokens",
@@ -87,6 +89,7 @@ class RunStats:
 
     hardware: str | None = None  # the profile whose price the run is costed at
     price_per_hour: float | None = None
+    notes: list[str] = field(default_factory=list)  # vendor arguments accepted and ignored
 
     def to_dict(self) -> dict:
         data = {"model": self.model, "model_note": self.model_note, "mode": self.mode}
@@ -101,6 +104,8 @@ class RunStats:
             data["hardware"] = self.hardware
             data["usd"] = round(self.wall_s * self.price_per_hour / 3600, 8)
         data["nodes"] = [{**asdict(n), "wall_s": round(n.wall_s, 4)} for n in self.nodes]
+        if self.notes:
+            data["notes"] = list(self.notes)
         return data
 
     def to_json(self) -> str:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,35 @@ class AiGenerate(AIFunction):
     duckdb_name = "ai_generate"
     duckdb_parameters = (DuckDBParameter("max_tokens", "INTEGER", str(DEFAULT_MAX_TOKENS)),)
     signature_hint = "AI.GENERATE(prompt, max_tokens => 64)"
+
+    def bind_arguments(self, spelling, positional, named):
+        """Snowflake's `AI_COMPLETE(model, prompt [, model_parameters])` names the model first: a
+        string literal followed by another argument that is not a token budget. The model must
+        be the run's (checked like BigQuery's `endpoint`)."""
+        model = None
+        if spelling.upper() == "AI_COMPLETE" and len(positional) >= 2 and isinstance(positional[0], exp.Literal) and positional[0].is_string:
+            second = arguments.literal_value(positional[1])
+            if not isinstance(second, int):
+                positional = list(positional)
+                model = positional.pop(0).this
+                if len(positional) >= 2 and isinstance(positional[1], exp.Struct):  # model_parameters
+                    params = positional.pop(1)
+                    for item in params.expressions:
+                        key = item.this.name.lower() if hasattr(item, "this") else ""
+                        if key == "max_tokens":
+                            named.setdefault("max_tokens", item.expression)
+                        elif key == "temperature" and arguments.literal_value(item.expression) in (0, 0.0):
+                            continue
+                        else:
+                            named.setdefault("__ignored_" + key, item.expression)
+        ignored = [key[len("__ignored_") :] for key in list(named) if key.startswith("__ignored_")]
+        for key in ignored:
+            named.pop("__ignored_" + key)
+        prompt, options, hints, vendor = super().bind_arguments(spelling, positional, named)
+        if model is not None or ignored:
+            notes = vendor.notes + tuple(f"{spelling}: model_parameters.{key} ignored (aisql answers deterministically, greedy)" for key in ignored)
+            vendor = dataclasses.replace(vendor, endpoint=model or vendor.endpoint, notes=notes)
+        return prompt, options, hints, vendor
 
     def read_options(self, spelling: str, positional: list[exp.Expression], named: dict[str, exp.Expression]) -> GenerateOptions:
         node = named.pop("max_tokens", None) or named.pop("max_output_tokens", None)

@@ -7,6 +7,7 @@ label list or a token budget is valid in one place exactly when it is valid in t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sqlglot import exp
@@ -98,3 +99,78 @@ def read_hints(spelling: str, node: exp.Expression) -> dict[str, Any]:
             raise BindError(f"{spelling}: option 'anchor' must be a table alias in quotes")
         hints[key] = float(value) if key == "selectivity" else value
     return hints
+
+
+# ---- the vendors' named arguments -------------------------------------------------------------
+# BigQuery's AI functions carry arguments that name its cloud plumbing; a query ported verbatim
+# keeps them. Each is accepted where it means something here, ignored with one note where it
+# names plumbing, and anything else is an error naming it (in `AIFunction.bind_arguments`).
+PLUMBING = {
+    "connection_id": "a BigQuery connection; aisql runs its own model",
+    "request_type": "a Vertex AI quota type",
+    "embeddings": "embeddings for BigQuery's optimized mode; aisql evaluates every row with its model",
+    "optimization_mode": "BigQuery's optimized mode; aisql evaluates every row with its model",
+    "max_error_ratio": "BigQuery's tolerance for failed rows; aisql fails the query on an error",
+}
+GENERATION_CONFIG_KEYS = {"max_output_tokens", "temperature", "thinking_config", "top_p", "top_k", "candidate_count", "seed"}
+
+
+@dataclass(frozen=True)
+class VendorArguments:
+    """What a call's vendor arguments mean here: the model it names, a token budget, notes."""
+
+    endpoint: str | None = None
+    max_output_tokens: int | None = None
+    notes: tuple[str, ...] = ()
+
+
+def read_vendor_arguments(spelling: str, named: dict[str, exp.Expression]) -> VendorArguments:
+    """Take BigQuery's named arguments out of `named` (in place)."""
+    notes: list[str] = []
+    endpoint = max_output_tokens = None
+    for key, meaning in PLUMBING.items():
+        if key in named:
+            named.pop(key)
+            notes.append(f"{spelling}: {key} ignored ({meaning})")
+    if "endpoint" in named:
+        node = named.pop("endpoint")
+        endpoint = literal_value(node)
+        if not isinstance(endpoint, str) or not endpoint.strip():
+            raise BindError(f"{spelling}: endpoint must be a model name in quotes, got {node.sql(dialect='duckdb')}")
+    if "model_params" in named:
+        params = _json_argument(spelling, "model_params", named.pop("model_params"))
+        for key, value in params.items():
+            if key != "generation_config":
+                notes.append(f"{spelling}: model_params.{key} ignored (not a generation setting)")
+                continue
+            if not isinstance(value, dict):
+                raise BindError(f"{spelling}: model_params.generation_config must be a JSON object")
+            for setting, setting_value in value.items():
+                if setting == "max_output_tokens":
+                    max_output_tokens = check_max_tokens(spelling, setting_value)
+                elif setting == "temperature" and setting_value in (0, 0.0):
+                    pass  # aisql decodes greedily: temperature 0 is what it does
+                elif setting in GENERATION_CONFIG_KEYS:
+                    notes.append(f"{spelling}: model_params.generation_config.{setting} ignored (aisql answers deterministically, greedy)")
+                else:
+                    notes.append(f"{spelling}: model_params.generation_config.{setting} ignored (unknown setting)")
+    return VendorArguments(endpoint, max_output_tokens, tuple(notes))
+
+
+def _json_argument(spelling: str, name: str, node: exp.Expression) -> dict:
+    """A JSON object written in SQL: `JSON '{...}'`, a string literal, or a cast of one."""
+    import json
+
+    inner = node
+    if isinstance(inner, (exp.ParseJSON, exp.Cast, exp.JSONExtract)) or (isinstance(inner, exp.Anonymous) and inner.name.upper() == "JSON"):
+        inner = inner.this if not isinstance(inner, exp.Anonymous) else (inner.expressions[0] if inner.expressions else None)
+    text = literal_value(inner) if inner is not None else None
+    if not isinstance(text, str):
+        raise BindError(f"{spelling}: {name} must be a JSON literal, e.g. JSON '{{\"generation_config\": {{\"temperature\": 0}}}}'")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BindError(f"{spelling}: {name} is not valid JSON ({err.msg} at character {err.pos})") from None
+    if not isinstance(value, dict):
+        raise BindError(f"{spelling}: {name} must be a JSON object")
+    return value

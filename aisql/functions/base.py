@@ -17,6 +17,7 @@ end reads only the spellings and argument rules, never a model.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ class Task:
     framing: Framing
     labels: tuple[str, ...] = ()
     max_tokens: int | None = None
+    grammar: str | None = None  # GENERATE only: decode a literal of this type ('int', 'double', 'bool')
 
     @property
     def signature(self) -> str:
@@ -70,6 +72,8 @@ class Task:
         parts = [self.function.name, framing.system if framing.system is not None else "\x00model default", *self.labels, str(self.max_tokens)]
         if framing != Framing(system=framing.system):  # framings beyond a system message (since aisql 0.2)
             parts += ["framing-v2", framing.suffix, framing.answer_prefix, framing.label_prefix]
+        if self.grammar is not None:
+            parts += ["grammar", self.grammar]
         payload = "\x1f".join(parts)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -88,7 +92,7 @@ class Task:
         return hash(self._key())
 
     def _key(self) -> tuple:
-        return (self.function.name, self.framing, self.labels, self.max_tokens)
+        return (self.function.name, self.framing, self.labels, self.max_tokens, self.grammar)
 
 
 class AIFunction:
@@ -107,16 +111,28 @@ class AIFunction:
     # ---- arguments ---------------------------------------------------------------------------
     def bind_arguments(
         self, spelling: str, positional: list[exp.Expression], named: dict[str, exp.Expression]
-    ) -> tuple[exp.Expression, Options, dict[str, Any]]:
-        """Validate a call's arguments: (the prompt expression, the options, the planner hints).
+    ) -> tuple[exp.Expression, Options, dict[str, Any], arguments.VendorArguments]:
+        """Validate a call's arguments: (the prompt expression, the options, the planner hints,
+        what the vendor's named arguments mean here).
 
-        Every function takes the prompt first and may end with an options struct of planner
-        hints (`{'selectivity': 0.1}`); what lies between is the function's own (`read_options`).
+        Every function takes the prompt first (or `prompt => ...`) and may end with an options
+        struct of planner hints (`{'selectivity': 0.1}`); what lies between is the function's own
+        (`read_options`); BigQuery's named arguments (`connection_id`, `endpoint`, `model_params`,
+        ...) are read by `arguments.read_vendor_arguments`.
         """
         positional, named = list(positional), dict(named)
+        if not positional and "prompt" in named:  # BigQuery: `prompt => ...`
+            positional.append(named.pop("prompt"))
         if not positional:
             raise BindError(f"{spelling} needs a prompt argument", hint=f"e.g. {self.signature_hint}")
         prompt = positional.pop(0)
+        vendor = arguments.read_vendor_arguments(spelling, named)
+        if vendor.max_output_tokens is not None:
+            if self.takes_max_tokens and "max_tokens" not in named:
+                named["max_tokens"] = exp.Literal.number(vendor.max_output_tokens)
+            elif not self.takes_max_tokens:
+                note = f"{spelling}: model_params.generation_config.max_output_tokens ignored (answered in one forward pass, no decoding)"
+                vendor = dataclasses.replace(vendor, notes=vendor.notes + (note,))
         options = self.read_options(spelling, positional, named)
         hints_node = named.pop("options", None)
         if hints_node is None and positional and isinstance(positional[0], exp.Struct):
@@ -126,7 +142,11 @@ class AIFunction:
             raise BindError(f"{spelling}: too many arguments ({positional[0].sql(dialect='duckdb')!s} is not expected)")
         if named:
             raise BindError(f"{spelling}: unknown argument {next(iter(named))!r}", hint=f"e.g. {self.signature_hint}")
-        return prompt, options, hints
+        return prompt, options, hints, vendor
+
+    @property
+    def takes_max_tokens(self) -> bool:
+        return any(p.name == "max_tokens" for p in self.duckdb_parameters)
 
     def read_options(self, spelling: str, positional: list[exp.Expression], named: dict[str, exp.Expression]) -> Options:
         """Take this function's own arguments out of `positional` / `named` (in place)."""
@@ -162,7 +182,7 @@ class AIFunction:
     def arrow_type(self):
         import pyarrow as pa
 
-        return {"BOOLEAN": pa.bool_(), "VARCHAR": pa.string(), "DOUBLE": pa.float64()}[self.sql_type]
+        return {"BOOLEAN": pa.bool_(), "VARCHAR": pa.string(), "DOUBLE": pa.float64(), "BIGINT": pa.int64()}[self.sql_type]
 
     def __repr__(self) -> str:
         return f"<AI function {self.name}>"

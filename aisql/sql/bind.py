@@ -19,7 +19,7 @@ from aisql.sql.recognize import RawAICall, is_prompt_call, match_ai_call
 from aisql.sql.parse import Statement
 from aisql.sql.scopes import QueryScopes
 from aisql.sql.source import SourceText, node_start
-from aisql.sql.template import Placeholder, Template, parse_template
+from aisql.sql.template import Placeholder, Template, from_parts, parse_template
 
 VARCHAR = exp.DataType.build("VARCHAR")
 
@@ -35,8 +35,10 @@ class BoundStatement:
         return bool(self.calls)
 
     def sql(self) -> str:
-        """The statement as DuckDB runs it: verbatim when it has no AI calls."""
-        return self.ast.sql(dialect="duckdb", comments=False) if self.calls else self.statement.text
+        """The statement as DuckDB runs it: verbatim when it has no AI calls and is DuckDB's SQL."""
+        if self.calls or not self.statement.runs_verbatim:
+            return self.ast.sql(dialect="duckdb", comments=False)
+        return self.statement.text
 
 
 def bind_statement(
@@ -71,7 +73,7 @@ def bind_statement(
         except AisqlError as err:
             raise _at(err, source, raw.node) from None
         bound = exp.Anonymous(this=call.function_name, expressions=[exp.cast(a.copy(), VARCHAR) for a in call.args])
-        raw.node.replace(bound)
+        _replace_call(raw.node, bound)
         calls.append(call)
     for node in ast.walk():
         if is_prompt_call(node):
@@ -89,6 +91,22 @@ def bind_statement(
     return BoundStatement(statement=statement, ast=ast, calls=calls)
 
 
+def _replace_call(node: exp.Expression, bound: exp.Expression) -> None:
+    """Put the bound call where the AI call was. BigQuery's generation functions return a STRUCT
+    read as `AI.GENERATE(...).result`; aisql's return the result itself, so `.result` is the call
+    and `.status` is '' (BigQuery's value on success: a failed call fails the query here)."""
+    parent = node.parent
+    if isinstance(parent, exp.Dot) and parent.this is node and isinstance(parent.expression, (exp.Identifier, exp.Column)):
+        field = parent.expression.name.lower()
+        if field == "result":
+            parent.replace(bound)
+            return
+        if field == "status":  # always '' (the call still runs: the row's answer is part of the query)
+            parent.replace(exp.Case(ifs=[exp.If(this=exp.Is(this=bound, expression=exp.Null()), true=exp.Literal.string(""))], default=exp.Literal.string("")))
+            return
+    node.replace(bound)
+
+
 def _output_names(ast: exp.Expression, call_nodes: set[int]) -> list[tuple[exp.Select, int, str]]:
     """SELECT-list items with an AI call and no alias, with the name of the column as the user
     wrote it: DuckDB would otherwise name it after the bound call (`__aisql_..(CAST(...))`)."""
@@ -102,10 +120,12 @@ def _output_names(ast: exp.Expression, call_nodes: set[int]) -> list[tuple[exp.S
 
 
 def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceText, scopes: QueryScopes) -> AICall:
-    prompt, options, hints = raw.function.bind_arguments(raw.spelling, raw.positional, raw.named)
+    prompt, options, hints, vendor = raw.function.bind_arguments(raw.spelling, raw.positional, raw.named)
     line, col = source.position_of(raw.node)
     if is_prompt_call(prompt):
         template, args, positions = _bind_prompt(prompt, source, scopes)
+    elif isinstance(prompt, exp.Tuple):
+        template, args, positions = _bind_prompt_parts(raw.spelling, prompt, source)
     else:
         nested = next((n for n in prompt.walk() if is_prompt_call(n)), None)
         if nested is not None:
@@ -131,7 +151,42 @@ def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceT
         line=line,
         col=col,
         arg_positions=positions,
+        endpoint=vendor.endpoint,
+        notes=vendor.notes,
     )
+
+
+def _bind_prompt_parts(spelling: str, prompt: exp.Tuple, source: SourceText):
+    """BigQuery's prompt of parts, `('Is this positive: ', r.review, '?')`: string literals (or
+    arrays of them) are the text, any other expression a value, in the order written."""
+    pieces: list[str | None] = []
+    args: list[exp.Expression] = []
+    positions: list[tuple[int | None, int | None]] = []
+    for item in prompt.expressions:
+        if isinstance(item, exp.Literal) and item.is_string:
+            pieces.append(item.this)
+        elif isinstance(item, exp.Array) and all(isinstance(x, exp.Literal) and x.is_string for x in item.expressions):
+            pieces.extend(x.this for x in item.expressions)
+        elif isinstance(item, (exp.Array, exp.Struct, exp.Tuple)) or (isinstance(item, exp.Literal) and not item.is_string):
+            line, col = source.position_of(item)
+            raise BindError(
+                f"{spelling}: a prompt part must be a string or a column, got {item.sql(dialect='duckdb')}",
+                line=line,
+                col=col,
+                hint="e.g. ('Is this review positive? ', r.review)",
+            )
+        else:
+            nested = next((n for n in item.walk() if is_prompt_call(n)), None)
+            if nested is not None:
+                line, col = source.position_of(nested)
+                raise BindError(f"{spelling}: PROMPT(...) cannot be part of a prompt tuple", line=line, col=col)
+            pieces.append(None)
+            args.append(item)
+            positions.append(source.position_of(item))
+    if not args and not "".join(p for p in pieces if p).strip():
+        line, col = source.position_of(prompt)
+        raise BindError(f"{spelling}: the prompt is empty", line=line, col=col)
+    return from_parts(pieces), tuple(args), tuple(positions)
 
 
 def _bind_prompt(prompt: exp.Anonymous, source: SourceText, scopes: QueryScopes):

@@ -31,6 +31,8 @@ class AICall:
     col: int | None = None
     # where each argument was written (a placeholder inside the template, or the argument itself)
     arg_positions: tuple[tuple[int | None, int | None], ...] = ()
+    endpoint: str | None = None  # a model named in SQL (BigQuery's endpoint): must be the run's model
+    notes: tuple[str, ...] = ()  # vendor arguments accepted but ignored, one line each
 
     @property
     def arity(self) -> int:

@@ -1,8 +1,9 @@
-"""Parse SQL text into statements with sqlglot (DuckDB dialect), mapping errors to positions.
+"""Parse SQL text into statements with sqlglot, mapping errors to positions.
 
-The relational part of every query runs in DuckDB, so DuckDB's dialect is the one we read;
-BigQuery (`AI.IF`) and Snowflake (`AI_FILTER`) spellings of the AI functions parse in it as
-ordinary (dotted) function calls and are recognised in `aisql.sql.functions`.
+The relational part of every query runs in DuckDB, so DuckDB's dialect is the default; a script
+written for BigQuery or Snowflake is read in that vendor's dialect (`aisql.sql.dialects`) and
+written out in DuckDB's. The AI functions' spellings of every vendor are recognised in
+`aisql.sql.recognize`, in any dialect.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from aisql.errors import SqlSyntaxError
+from aisql.sql.dialects import DEFAULT, dialect_for
 from aisql.sql.source import SourceText
 
-DIALECT = "duckdb"
+DIALECT = DEFAULT  # what runs: DuckDB
 
 
 @dataclass(frozen=True)
@@ -26,14 +28,21 @@ class Statement:
     ast: exp.Expression
     text: str
     start: int  # offset of `text` in the script
+    dialect: str = DEFAULT  # what `text` is written in; anything but DuckDB's runs as generated SQL
+
+    @property
+    def runs_verbatim(self) -> bool:
+        return self.dialect == DEFAULT
 
 
-def parse_script(source: SourceText) -> list[Statement]:
-    """All statements of `source`, in order; raises SqlSyntaxError with line/column."""
+def parse_script(source: SourceText, dialect: str | None = None) -> list[Statement]:
+    """All statements of `source` (written in `dialect`, default DuckDB's), in order; raises
+    SqlSyntaxError with line/column."""
     if not source.text.strip():
         raise SqlSyntaxError("the query is empty")
+    read = dialect_for(dialect)
     try:
-        tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(source.text)
+        tokens = sqlglot.Dialect.get_or_raise(read).tokenize(source.text)
     except TokenError as err:
         line, col = _unterminated_position(source)
         raise SqlSyntaxError(
@@ -43,7 +52,7 @@ def parse_script(source: SourceText) -> list[Statement]:
             hint="check that every ' and \" is closed",
         ) from None
     try:
-        asts = sqlglot.parse(source.text, read=DIALECT)
+        asts = sqlglot.parse(source.text, read=read)
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         description = _clean_description(first.get("description") or str(err))
@@ -54,17 +63,18 @@ def parse_script(source: SourceText) -> list[Statement]:
             col = max(1, col - len(highlight) + 1)
         near = f" near {highlight!r}" if highlight else ""
         raise SqlSyntaxError(f"SQL syntax error{near}: {description}", line=line, col=col) from None
-    statements = _split_statements(source, tokens, asts)
+    statements = _split_statements(source, tokens, asts, (dialect or DEFAULT).lower())
     if not statements:
         raise SqlSyntaxError("the query has no statement, only comments")
     return statements
 
 
-def only_reads(text: str) -> bool:
+def only_reads(text: str, dialect: str | None = None) -> bool:
     """Does every statement of `text` only read (queries, DESCRIBE, SHOW)? False if it does not
     parse: the run reports the syntax error."""
+    read = dialect_for(dialect)
     try:
-        asts = sqlglot.parse(text, read=DIALECT)
+        asts = sqlglot.parse(text, read=read)
     except (ParseError, TokenError):
         return False
     readers = (exp.Query, exp.Describe, exp.Show)
@@ -74,7 +84,7 @@ def only_reads(text: str) -> bool:
     )
 
 
-def _split_statements(source: SourceText, tokens, asts) -> list[Statement]:
+def _split_statements(source: SourceText, tokens, asts, dialect: str) -> list[Statement]:
     """Pair each AST with the text between semicolons, so non-AI statements run byte-for-byte."""
     from sqlglot.tokens import TokenType
 
@@ -89,7 +99,7 @@ def _split_statements(source: SourceText, tokens, asts) -> list[Statement]:
     statements = [ast for ast in asts if ast is not None]
     if len(pieces) != len(statements):  # comments-only pieces etc.: fall back to generated SQL
         return [Statement(ast=a, text=a.sql(dialect=DIALECT), start=0) for a in statements]
-    return [Statement(ast=a, text=source.text[s:e], start=s) for a, (s, e) in zip(statements, pieces)]
+    return [Statement(ast=a, text=source.text[s:e], start=s, dialect=dialect) for a, (s, e) in zip(statements, pieces)]
 
 
 def _clean_description(text: str) -> str:

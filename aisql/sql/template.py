@@ -68,6 +68,24 @@ class Template:
         return Template(text="{0}", parts=("", ""), slots=(0,), placeholders=(Placeholder("0", 0, index=0),))
 
 
+def from_parts(pieces: Sequence[str | None]) -> Template:
+    """The template of a prompt written as a sequence of literal text and values (BigQuery's
+    `('Is this positive: ', review)`): a string is literal text, None is the next value. The
+    result renders exactly the concatenation, and its literal head is the static prefix."""
+    parts, slots, placeholders, shown = [""], [], [], []
+    for piece in pieces:
+        if piece is None:
+            index = len(placeholders)
+            placeholders.append(Placeholder(str(index), sum(len(x) for x in shown), index=index))
+            slots.append(index)
+            parts.append("")
+            shown.append(f"{{{index}}}")
+        else:
+            parts[-1] += piece
+            shown.append(piece.replace("{", "{{").replace("}", "}}"))
+    return Template(text="".join(shown), parts=tuple(parts), slots=tuple(slots), placeholders=tuple(placeholders))
+
+
 def parse_template(text: str) -> Template:
     """Split `text` into literal parts and placeholders, raising TemplateError on bad braces."""
     parts: list[str] = []
