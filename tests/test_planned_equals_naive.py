@@ -48,7 +48,7 @@ QUERIES = {
     "same_prompt_twice": "SELECT id, AI.IF(PROMPT('{review} is positive')) AS a FROM reviews WHERE id <= 30 AND AI.IF(PROMPT('{review} is positive'))",
     "constant_prompt": "SELECT id, AI.IF('Is the sky blue?') AS sky FROM customers WHERE id <= 3",
     "limit_select_streams": "SELECT id, AI.GENERATE(name, max_tokens => 3) AS g FROM products ORDER BY id LIMIT 4",
-    "limit_where_streams": "SELECT id FROM reviews WHERE AI.IF(review) LIMIT 5",
+    "limit_where_stops_early": "SELECT id FROM reviews WHERE AI.IF(review) LIMIT 5",
     # --- file scans: no filter pushdown, DuckDB orders a conjunction's parts as it likes ---------
     "csv_plain_filter_then_ai": f"SELECT id FROM '{DATA}/reviews.csv' WHERE AI.IF(PROMPT('{{review}} wants a refund')) AND rating <= 2",
     "csv_two_ai_filters": f"SELECT id FROM read_csv_auto('{DATA}/reviews.csv') WHERE AI.IF(review) AND rating <= 2 AND AI.IF(PROMPT('{{review}} sounds angry'))",
@@ -58,7 +58,9 @@ QUERIES = {
     "script_create_then_select": "CREATE TABLE tagged AS SELECT id, AI.CLASSIFY(review, ['positive', 'negative']) AS s FROM reviews WHERE id <= 20; SELECT s, count(*) AS n FROM tagged GROUP BY s ORDER BY s",
 }
 
-STREAMING = {"limit_select_streams", "limit_where_streams", "correlated_subquery", "recursive_cte"}
+STREAMING = {"limit_select_streams", "correlated_subquery", "recursive_cte"}
+# LIMIT without ORDER BY over an AI predicate: any k qualifying rows (docs/architecture.md).
+LIMITED = {"limit_where_stops_early": ("SELECT id FROM reviews WHERE AI.IF(review)", 5)}
 
 
 class RecordingEngine:
@@ -88,6 +90,13 @@ def test_planned_equals_naive(make_connection, tiny_engine, name):
     naive = make_connection(engine=naive_engine).run(sql, naive=True)
 
     assert planned.table is not None and naive.table is not None
+    if name in LIMITED:
+        unlimited, k = LIMITED[name]
+        qualifying = _rows(make_connection().run(unlimited, naive=True).table)
+        got = _rows(planned.table)
+        assert len(got) == min(k, len(qualifying)) and set(got) <= set(qualifying)
+        assert planned.stats.nodes[0].prompts_evaluated < naive.stats.totals()["prompts_total"]
+        return
     assert _rows(planned.table) == _rows(naive.table)
     assert planned.table.schema == naive.table.schema
 

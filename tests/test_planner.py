@@ -60,7 +60,7 @@ def test_nested_call_runs_first_and_aggregates_after_keys():
         ("SELECT AI.GENERATE(x) AS g FROM t ORDER BY g LIMIT 3", Strategy.PREFETCH),
         ("SELECT AI.GENERATE(x) FROM t ORDER BY 1 LIMIT 3", Strategy.PREFETCH),
         ("SELECT DISTINCT AI.GENERATE(x) FROM t LIMIT 3", Strategy.PREFETCH),
-        ("SELECT x FROM t WHERE AI.IF(x) LIMIT 3", Strategy.STREAMING),
+        ("SELECT x FROM t WHERE AI.IF(x) LIMIT 3", Strategy.PREFETCH),  # in chunks, stopping at 3 rows
         ("SELECT x FROM t WHERE AI.IF(x) ORDER BY x LIMIT 3", Strategy.PREFETCH),
         ("SELECT count(*) FROM t WHERE AI.IF(x) LIMIT 3", Strategy.PREFETCH),
     ],
@@ -68,6 +68,26 @@ def test_nested_call_runs_first_and_aggregates_after_keys():
 def test_strategy(sql, strategy):
     (node,) = plan(sql).nodes
     assert node.strategy is strategy
+
+
+@pytest.mark.parametrize(
+    "sql, stop_after",
+    [
+        ("SELECT x FROM t WHERE AI.IF(x) LIMIT 3", 3),
+        ("SELECT x FROM t WHERE AI.IF(x) LIMIT 3 OFFSET 2", 5),
+        ("SELECT x FROM t WHERE NOT AI.IF(x) LIMIT 3", 3),
+        ("SELECT a.x FROM t a JOIN t b ON AI.IF(PROMPT('{a.x} {b.x}')) LIMIT 4", 4),
+        ("SELECT a.x FROM t a LEFT JOIN t b ON AI.IF(PROMPT('{a.x} {b.x}')) LIMIT 4", None),  # unasked must not become NULL rows
+        ("SELECT x FROM t WHERE AI.IF(x) ORDER BY x LIMIT 3", None),
+        ("SELECT count(*) FROM t WHERE AI.IF(x) LIMIT 3", None),
+        ("SELECT x FROM t WHERE AI.IF(x) AND AI.IF(PROMPT('{x}?')) LIMIT 3", None),  # one AI call only
+        ("SELECT * FROM (SELECT x FROM t WHERE AI.IF(x) LIMIT 3)", None),  # not the outermost SELECT
+        ("SELECT AI.CLASSIFY(x, ['a', 'b']) FROM t LIMIT 3", None),  # not a predicate
+    ],
+)
+def test_stop_at_limit(sql, stop_after):
+    nodes = plan(sql).nodes
+    assert nodes[0].stop_after == stop_after
 
 
 def test_final_filters_follow_plan_order():

@@ -45,6 +45,7 @@ class LabelScores:
 class GenerateRequest:
     prompt_ids: tuple[int, ...]
     max_tokens: int
+    grammar: str | None = None  # decode only a literal of this type: 'int', 'double', 'bool' (engine/constrained.py)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
 from aisql.engine.radix import RadixCache
 from aisql.engine.scheduler import Scheduler, Work
 from aisql.engine import flat as flat_attention
+from aisql.engine.constrained import DEAD_END, constraint_for
 from aisql.engine.decode import DecodeRow, decode_pass, greedy_accept, settle
 from aisql.engine.flat import FlatOutput, Segment
 from aisql.engine.speculative import NgramIndex, SpeculationConfig
@@ -238,7 +239,15 @@ class HFEngine(EncodesPrompts):
         cache, mask = out.cache, out.mask
         rows = torch.arange(len(batch), device=self.device)
         last = out.hidden[rows, torch.tensor(out.lengths, device=self.device) - 1]
-        next_tokens = torch.argmax(self.runner.logits(last), dim=-1).tolist()
+        first_logits = self.runner.logits(last)
+        next_tokens = torch.argmax(first_logits, dim=-1).tolist()
+        # Typed generation: the most likely token that keeps the output a literal of the type.
+        constraints = [constraint_for(r.grammar, self.tokenizer, self.stop_ids) if r.grammar else None for r in requests]
+        texts = [""] * len(batch)
+        for b, constraint in enumerate(constraints):
+            if constraint is not None:
+                choice = constraint.choose(first_logits[b], "")
+                next_tokens[b] = DEAD_END if choice is None else choice
 
         drafting = speculative and self.speculation is not None
         outputs: list[list[int]] = [[] for _ in batch]
@@ -255,10 +264,12 @@ class HFEngine(EncodesPrompts):
             for b in active:
                 for token in pending[b]:
                     steps[b] += 1
-                    if token in self.stop_ids:
+                    if token in self.stop_ids or token == DEAD_END:
                         finish[b] = "stop"
                         break
                     outputs[b].append(token)
+                    if constraints[b] is not None:
+                        texts[b] += constraints[b].piece(token)
                     if len(outputs[b]) >= requests[b].max_tokens:
                         finish[b] = "length"
                         break
@@ -276,11 +287,16 @@ class HFEngine(EncodesPrompts):
             active = still
             for b in active:
                 limit = requests[b].max_tokens - len(outputs[b]) - 1
-                decode_rows[b].draft = indexes[b].propose(limit) if indexes else []
+                decode_rows[b].draft = indexes[b].propose(limit) if indexes and constraints[b] is None else []
             step_rows = [decode_rows[b] for b in active]
             step = decode_pass(self.runner, cache, mask, step_rows)
             accepted = []
             for row, b in enumerate(active):
+                if constraints[b] is not None:
+                    choice = constraints[b].choose(step.logits[row, 0], texts[b])
+                    accepted.append(0)
+                    pending[b] = [DEAD_END if choice is None else choice]
+                    continue
                 pending[b], kept = greedy_accept(decode_rows[b].draft, step.logits[row])
                 accepted.append(kept)
                 if indexes:

@@ -15,7 +15,7 @@ import re
 from aisql.errors import ModelError
 
 QUANTIZATIONS = ("int8", "fp8", "bf16")
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("float32", "bfloat16", "float16", "float64")
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 _GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
 
@@ -59,7 +59,7 @@ def dtype_name(requested: str, device: str) -> str:
 
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
     if requested not in DTYPES:
-        raise ModelError(f"unknown dtype {requested!r}", hint="use float32, bfloat16 or float16")
+        raise ModelError(f"unknown dtype {requested!r}", hint="use float32, bfloat16, float16 or float64")
     return requested
 
 

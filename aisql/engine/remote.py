@@ -144,6 +144,9 @@ class RemoteEngine(EncodesPrompts):
         return results
 
     def generate(self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True) -> list[Generation]:
+        from aisql.engine.constrained import refuse_grammar
+
+        refuse_grammar(requests, "a remote server")
         results = self._map(self._generate_one, list(requests))
         self.stats.generate_requests += len(requests)
         return results

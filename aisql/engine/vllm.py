@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+from aisql.engine.constrained import refuse_grammar
 from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelInfo, ScoreRequest, logsumexp
 from aisql.engine.loader import vllm_fingerprint
 from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
@@ -156,6 +157,7 @@ class VLLMEngine(EncodesPrompts):
     def generate(
         self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True
     ) -> list[Generation]:
+        refuse_grammar(requests, "the vllm: engine")
         params = [
             self._vllm.SamplingParams(max_tokens=r.max_tokens, temperature=0.0, stop_token_ids=self.stop_ids)
             for r in requests

@@ -50,7 +50,9 @@ def register(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime, naive: bool, 
     returns = duckdb.sqltype(call.function.sql_type)
     if naive:
         fn = errors.guard(lambda *values: runtime.naive_row(values), call.arity)
-        con.create_function(call.function_name, fn, params, returns, type="native", side_effects=True)
+        # null_handling special: an answer may be NULL (a typed literal cut short); NULL
+        # arguments answer NULL without asking the model (runtime.naive_row).
+        con.create_function(call.function_name, fn, params, returns, type="native", side_effects=True, null_handling="special")
         return
     arrow_type = call.function.arrow_type
 
@@ -58,7 +60,11 @@ def register(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime, naive: bool, 
         columns = [array.to_pylist() for array in arrays]
         return pa.array(runtime.lookup(columns), type=arrow_type)
 
-    con.create_function(call.function_name, errors.guard(lookup, call.arity), params, returns, type="arrow", side_effects=False)
+    # null_handling special: a lookup may answer NULL itself (a node stopped early by a LIMIT
+    # answers NULL for prompts it never asked); NULL arguments still answer NULL (runtime.lookup).
+    con.create_function(
+        call.function_name, errors.guard(lookup, call.arity), params, returns, type="arrow", side_effects=False, null_handling="special"
+    )
 
 
 def unregister(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime) -> None:

@@ -68,7 +68,7 @@ def run(engine: Engine, task: Task, items: Sequence[Prepared], *, naive: bool = 
             )
     else:
         room = engine.info.max_context
-        requests = [GenerateRequest(p.ids, min(task.max_tokens or 1, room - len(p.ids))) for p in items]
+        requests = [GenerateRequest(p.ids, min(task.max_tokens or 1, room - len(p.ids)), grammar=task.grammar) for p in items]
         generations = engine.generate(requests, reuse=not naive, speculative=not naive)
         for item, request, generation in zip(items, requests, generations):
             answers[item.text] = Answer(value=function.value_from_text(task, generation.text), cost=generation.standalone_tokens(request))

@@ -47,6 +47,8 @@ class NodeRuntime:
         self.options = options or RunOptions()
         self.values: dict[tuple, Any] = {}  # argument tuple -> SQL value
         self.seen_texts: set[str] = set()
+        # Stopped early (LIMIT): tuples never asked answer NULL, which no predicate keeps.
+        self.closed = False
         self.stats = NodeStats(node=node.id, function=node.call.describe(), strategy=node.strategy.value)
 
     # ---- planned --------------------------------------------------------------------------
@@ -59,6 +61,34 @@ class NodeRuntime:
         prompts = PromptSet.from_rows(self.call.template, zip(zip(*columns), counts))
         self.stats.rows_in += prompts.rows_in
         self._answer(prompts)
+        self.stats.wall_s += time.perf_counter() - started
+
+    def prefetch_until(self, con: duckdb.DuckDBPyConnection, enough: Callable[[], bool], first_chunk: int) -> None:
+        """Evaluate the input in growing chunks (first_chunk, then doubling) in a fixed order (by
+        prompt text), until `enough()` — asked with unasked tuples answering NULL — says the query
+        has its rows. Then the node stays closed: what was not asked is never asked."""
+        started = time.perf_counter()
+        table = con.sql(self.node.input_sql).to_arrow_table()
+        columns = [table.column(i).to_pylist() for i in range(self.call.arity)]
+        counts = table.column(self.call.arity).to_pylist()
+        rows = list(zip(zip(*columns), counts))
+        render = self.call.template.render
+        rows.sort(key=lambda row: (any(v is None for v in row[0]), "" if any(v is None for v in row[0]) else render(row[0])))
+        position, size = 0, max(1, first_chunk)
+        while position < len(rows):
+            chunk = PromptSet.from_rows(self.call.template, rows[position : position + size])
+            position += size
+            size *= 2
+            self.stats.rows_in += chunk.rows_in
+            self._answer(chunk)
+            if position < len(rows):
+                self.closed = True
+                if enough():
+                    asked = set(self.seen_texts)
+                    unasked = {render(values) for values, _ in rows[position:] if not any(v is None for v in values)}
+                    self.stats.prompts_skipped += len(unasked - asked)
+                    break
+                self.closed = False
         self.stats.wall_s += time.perf_counter() - started
 
     @property
@@ -75,16 +105,17 @@ class NodeRuntime:
         started = time.perf_counter()
         rows = list(zip(*columns))
         missing = PromptSet(self.call.template)
-        for values in rows:
-            if values not in self.values:
-                missing.add(values)
+        if not self.closed:
+            for values in rows:
+                if values not in self.values and not any(v is None for v in values):
+                    missing.add(values)
         if missing.rows_in:
             streaming = self.node.strategy is Strategy.STREAMING
             self.stats.rows_in += missing.rows_in
             if not streaming:
                 self.stats.prompts_late += len(missing.counts)
             self._answer(missing)
-        out = [None if any(v is None for v in values) else self.values[values] for values in rows]
+        out = [None if any(v is None for v in values) else self.values.get(values) for values in rows]
         self.stats.wall_s += time.perf_counter() - started
         return out
 
@@ -128,6 +159,8 @@ class NodeRuntime:
     # ---- naive ----------------------------------------------------------------------------
     def naive_row(self, values: tuple) -> Any:
         """One row, one prompt, one engine call: no dedup, no batching, no store."""
+        if any(v is None for v in values):
+            return None  # NULL in, NULL out: never reaches the model
         started = time.perf_counter()
         text = self.call.template.render(values)
         budget = self.options.budget

@@ -80,7 +80,9 @@ class Executor:
             self._duckdb(lambda: _bind_check(self.con, plan.final_ast), bound, source, errors)
             if not self.naive:
                 for runtime in runtimes:
-                    if runtime.node.strategy is Strategy.PREFETCH:
+                    if runtime.node.strategy is Strategy.PREFETCH and runtime.node.stop_after is not None:
+                        self._prefetch_until_limit(runtime, plan, bound, source, errors)
+                    elif runtime.node.strategy is Strategy.PREFETCH:
                         self._prefetch(runtime, bound, source, errors)
             table = self._duckdb(lambda: _fetch(self.con.sql(plan.final_sql)), bound, source, errors)
         finally:
@@ -107,6 +109,20 @@ class Executor:
             if errors.first is not None:
                 raise errors.first from None
             raise translate(err, bound, source) from None
+
+    def _prefetch_until_limit(self, runtime: NodeRuntime, plan: Plan, bound: BoundStatement, source: SourceText, errors) -> None:
+        """A LIMIT k with nothing ordering the rows (planner rule stop_at_limit): evaluate in
+        chunks until the statement, its LIMIT removed, has k rows among the answers known."""
+        wanted = runtime.node.stop_after
+        unlimited = plan.final_ast.copy()
+        unlimited.set("limit", None)
+        unlimited.set("offset", None)
+        count_sql = f"SELECT count(*) FROM ({unlimited.sql(dialect='duckdb')}) AS __aisql_rows"
+
+        def enough() -> bool:
+            return self._duckdb(lambda: self.con.sql(count_sql).fetchall()[0][0], bound, source, errors) >= wanted
+
+        self._duckdb(lambda: runtime.prefetch_until(self.con, enough, first_chunk=max(16, 2 * wanted)), bound, source, errors)
 
     def _duckdb(self, action, bound: BoundStatement, source: SourceText, errors: bound_calls.UdfErrors | None = None):
         try:

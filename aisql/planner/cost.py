@@ -187,6 +187,11 @@ def _estimate_node(plan, position, node, stats, hardware, cached_leading) -> Nod
     key = leading_key(node)
     shared_paid = key in cached_leading
     distinct = shrink(profile, factor)
+    if node.stop_after is not None and distinct and distinct[-1] > 0:
+        # LIMIT k with nothing ordering the rows: about k / selectivity prompts are asked.
+        selectivity = max(stats.selectivity(node).value, 1e-3)
+        asked = min(distinct[-1], node.stop_after / selectivity)
+        distinct = [min(d, asked) for d in distinct]
     leading = cached_leading.get(key, 0.0)
     cached_leading[key] = max(leading, distinct[0] if distinct else 0.0)
     unique = distinct[-1] if distinct else 0.0

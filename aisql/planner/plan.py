@@ -75,6 +75,7 @@ class AINode:
     note: str = ""  # why streaming, or what the input covers
     anchor: str | None = None  # AI joins: the table whose rows are the outer loop
     anchor_args: tuple[int, ...] = ()  # the arguments read from the anchor table
+    stop_after: int | None = None  # evaluate in chunks until this many rows qualify (LIMIT, no ORDER BY)
 
     @property
     def id(self) -> str:

@@ -11,6 +11,7 @@ from aisql.planner.rules.guard_filters import guard_filters
 from aisql.planner.rules.order_filters import order_filters
 from aisql.planner.rules.order_nodes import order_nodes
 from aisql.planner.rules.order_predicates import order_predicates
+from aisql.planner.rules.stop_at_limit import stop_at_limit
 
 RULES: tuple[PlannerRule, ...] = (
     order_nodes,
@@ -19,6 +20,7 @@ RULES: tuple[PlannerRule, ...] = (
     choose_anchor,
     order_filters,
     choose_strategy,
+    stop_at_limit,
     derive_inputs,
     guard_filters,
 )
@@ -33,4 +35,5 @@ __all__ = [
     "order_filters",
     "order_nodes",
     "order_predicates",
+    "stop_at_limit",
 ]

@@ -1,0 +1,131 @@
+"""AI.SCORE(prompt) -> DOUBLE: a rating on an integer scale, as the expected value of the model's
+answer. (BigQuery AI.SCORE.)
+
+Scored, not generated: one forward pass gives the probability of every value of the scale as the
+answer, and the score is their expectation, sum(p(v) * v) over the scale's values with the
+probabilities renormalised over the scale. So `ORDER BY AI.SCORE(...) LIMIT k` and
+`AVG(AI.SCORE(...))` decode nothing, and the value is continuous — two rows the model would both
+answer "4" still rank by how sure it is. Values written with several tokens in the model's
+tokenizer ("10") are scored by their full likelihood, as AI.CLASSIFY's labels are.
+
+The scale: the option `{'scale': [1, 10]}`, else the first "N to M" in the prompt's text
+(BigQuery's rubrics say "Score from 1 to 5 ..."), else an error. At most 101 values.
+
+Framing as AI.IF's (chosen by measured accuracy, benchmarks/RESULTS.md §10): the prompt under
+the model's own system message, the reply begun "The score is:", each value scored after a space.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from sqlglot import exp
+
+from aisql.engine.prompt_format import Framing
+from aisql.errors import BindError
+from aisql.functions import arguments
+from aisql.functions.base import AIFunction, DuckDBParameter, Options, Request, Task
+
+FRAMING = Framing(system=None, answer_prefix="The score is:", label_prefix=" ")
+MAX_VALUES = 101
+_RANGE = re.compile(r"(?<![\d.])(-?\d+)\s+to\s+(-?\d+)(?!\.?\d)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ScoreOptions(Options):
+    scale: tuple[int, int] | None = None  # lowest and highest value, both included
+
+
+def check_scale(spelling: str, low: Any, high: Any) -> tuple[int, int]:
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)):
+        raise BindError(f"{spelling}: the scale must be two integers, got {low!r} and {high!r}", hint="e.g. {'scale': [1, 5]}")
+    if low >= high:
+        raise BindError(f"{spelling}: the scale's lowest value {low} must be below its highest {high}")
+    if high - low + 1 > MAX_VALUES:
+        raise BindError(f"{spelling}: a scale of {high - low + 1} values is too long (at most {MAX_VALUES})")
+    return low, high
+
+
+def scale_in_text(text: str) -> tuple[int, int] | None:
+    """The first "N to M" in a prompt's text, e.g. "Score from 1 to 5 ..." -> (1, 5)."""
+    match = _RANGE.search(text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _prompt_text(prompt: exp.Expression) -> str:
+    """The literal text of a prompt as written (a string, a PROMPT template, a tuple of parts)."""
+    if isinstance(prompt, exp.Literal) and prompt.is_string:
+        return prompt.this
+    if isinstance(prompt, exp.Anonymous) and prompt.name.upper() == "PROMPT" and prompt.expressions:
+        first = prompt.expressions[0]
+        return first.this if isinstance(first, exp.Literal) else ""
+    if isinstance(prompt, exp.Tuple):
+        return " ".join(item.this for item in prompt.expressions if isinstance(item, exp.Literal) and item.is_string)
+    return " ".join(node.this for node in prompt.find_all(exp.Literal) if node.is_string)
+
+
+class AiScore(AIFunction):
+    name = "SCORE"
+    spellings = ("AI.SCORE", "AI_SCORE")
+    sql_type = "DOUBLE"
+    request = Request.SCORE
+    duckdb_name = "ai_score"
+    duckdb_parameters = (DuckDBParameter("low", "INTEGER", "1"), DuckDBParameter("high", "INTEGER", "5"))
+    signature_hint = "AI.SCORE(('Rate from 1 to 5 how positive this is: ', review))"
+
+    def bind_arguments(self, spelling, positional, named):
+        prompt, options, hints, vendor = super().bind_arguments(spelling, positional, named)
+        if options.scale is None:
+            scale = scale_in_text(_prompt_text(prompt))
+            if scale is None:
+                raise BindError(
+                    f"{spelling}: no scale: write it in the prompt ('from 1 to 5') or give it as an option",
+                    hint="e.g. AI.SCORE(('Rate from 1 to 5: ', review)) or AI.SCORE(review, {'scale': [1, 5]})",
+                )
+            options = dataclasses.replace(options, scale=check_scale(spelling, *scale))
+        return prompt, options, hints, vendor
+
+    def read_options(self, spelling: str, positional: list[exp.Expression], named: dict[str, exp.Expression]) -> ScoreOptions:
+        """`{'scale': [1, 10]}` in the options struct (the planner hints may sit beside it)."""
+        struct = named.get("options")
+        if struct is None and positional and isinstance(positional[0], exp.Struct):
+            struct = positional[0]
+        if not isinstance(struct, exp.Struct):
+            return ScoreOptions()
+        for item in list(struct.expressions):
+            if isinstance(item, (exp.PropertyEQ, exp.Slice, exp.Kwarg)) and item.this.name.lower() == "scale":
+                value = item.expression
+                if not isinstance(value, exp.Array) or len(value.expressions) != 2:
+                    raise BindError(f"{spelling}: option 'scale' must be [lowest, highest], e.g. [1, 5]")
+                low, high = (arguments.literal_value(v) for v in value.expressions)
+                struct.set("expressions", [x for x in struct.expressions if x is not item])
+                if not struct.expressions:  # only the scale: no planner hints left
+                    if named.get("options") is struct:
+                        named.pop("options")
+                    else:
+                        positional.pop(0)
+                return ScoreOptions(check_scale(spelling, low, high))
+        return ScoreOptions()
+
+    def options_from_values(self, low: Any = 1, high: Any = 5, *rest: Any) -> ScoreOptions:
+        return ScoreOptions(check_scale(self.duckdb_name, low, high))
+
+    def task(self, options: ScoreOptions) -> Task:
+        low, high = options.scale
+        return Task(self, FRAMING, tuple(str(v) for v in range(low, high + 1)))
+
+    def value_from_scores(self, task: Task, logprobs: Sequence[float]) -> float:
+        top = max(logprobs)
+        weights = [math.exp(lp - top) for lp in logprobs]
+        total = math.fsum(weights)
+        return math.fsum(w * int(label) for w, label in zip(weights, task.labels)) / total
+
+    def describe_options(self, options: ScoreOptions) -> str:
+        return f", scale => [{options.scale[0]}, {options.scale[1]}]" if options.scale else ""
+
+
+FUNCTION = AiScore()
