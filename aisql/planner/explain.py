@@ -56,7 +56,7 @@ def quality(node: AINode, est: NodeEstimate | None) -> str:
         return "unknown"
     if node.strategy is Strategy.STREAMING:
         return "upper bound"
-    return "exact" if est.input_factor == 1.0 else "estimate"
+    return "exact" if est.input_factor == 1.0 and node.stop_after is None else "estimate"
 
 
 def _side(side: Side) -> dict:
@@ -142,8 +142,9 @@ def plans_tree(plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], 
                     branch.add("[dim]" + " · ".join(p for p in (sel, share) if p) + "[/dim]")
             if node.depends_on:
                 branch.add(f"[dim]after: {', '.join(node.depends_on)} (uses their answers to filter its input)[/dim]")
-            if node.note and node.strategy is Strategy.STREAMING:
-                branch.add(f"[dim]{node.note}[/dim]")
+            if node.note and (node.strategy is Strategy.STREAMING or node.stop_after is not None):
+                expected = f": about {est.plan.prompts:,.0f} prompts expected at this selectivity" if node.stop_after is not None and est and est.plan else ""
+                branch.add(f"[dim]{node.note}{expected}[/dim]")
         if estimate is not None and plan.nodes:
             stmt.add("[bold]total[/bold]  " + _cost_line(estimate.naive, estimate.plan))
     return root
