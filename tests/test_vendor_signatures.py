@@ -141,3 +141,20 @@ def test_typed_generation_always_decodes_a_literal(bq, tiny_engine):
         assert row["d"] is None or math.isfinite(row["d"])
         assert row["b"] in (True, False, None)
     assert constraint.candidates  # the tokenizer has digit tokens to choose from
+
+
+def test_constraint_ends_a_literal_when_the_model_leaves_the_grammar():
+    import torch
+
+    from aisql.engine.constrained import Constraint
+
+    vocab = tuple("0123456789") + (" legs", "</s>")
+    constraint = Constraint(GRAMMARS["int"], vocab, stop_ids=(11,))
+    wants_legs = torch.zeros(len(vocab))
+    wants_legs[10], wants_legs[8] = 5.0, 3.0  # " legs" first, then "8"
+    assert constraint.choose(wants_legs, "") == 8  # no literal yet: the best digit
+    assert constraint.choose(wants_legs, "8") is None  # "8" is whole and the model moves on: it ends
+    wants_more = torch.zeros(len(vocab))
+    wants_more[0] = 5.0
+    assert constraint.choose(wants_more, "8") == 0  # "80": the model's own choice stays
+    assert 11 in constraint.allowed("8") and 11 not in constraint.allowed("")

@@ -78,9 +78,14 @@ class Constraint:
         return ids
 
     def choose(self, logits: torch.Tensor, text: str) -> int | None:
-        """The most likely allowed token for one row's logits [vocab]; None if none is allowed."""
+        """The most likely allowed token for one row's logits [vocab]; None if the literal ends
+        here. Once `text` is a whole literal, a model whose own first choice leaves the grammar
+        ("8" then " legs") has finished the literal: it ends, rather than being pushed into more
+        digits ("80000000000")."""
         ids = self.allowed(text)
         if not ids:
+            return None
+        if self.grammar.is_complete(text) and int(torch.argmax(logits)) not in set(ids):
             return None
         index = torch.tensor(ids, device=logits.device)
         return ids[int(torch.argmax(logits.index_select(0, index)))]
