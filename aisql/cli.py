@@ -51,12 +51,21 @@ def _handle_errors(fn):
 
 
 def _query_source(query_file: str | None, sql: str | None) -> tuple[str, Path | None]:
+    """The script: -e/-c SQL, a file, `-` or piped standard input (as the duckdb CLI reads it)."""
     if query_file and sql:
         raise AisqlError("give either a QUERY_FILE or -e SQL, not both")
     if sql:
         return sql, None
+    if query_file == "-" or (not query_file and not sys.stdin.isatty()):
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise DataError(f"standard input is not UTF-8 text (byte {err.start})") from None
+        if not text.strip():
+            raise AisqlError("no query: standard input is empty", hint="e.g. echo 'SELECT 42' | aisql run")
+        return text, None
     if not query_file:
-        raise AisqlError("no query: give a QUERY_FILE or -e SQL", hint="e.g. aisql run examples/hot_leads.sql")
+        raise AisqlError("no query: give a QUERY_FILE, -e SQL or SQL on standard input", hint="e.g. aisql run examples/hot_leads.sql")
     path = Path(query_file)
     if path.is_dir():
         raise DataError(f"query file {query_file} is a directory")
@@ -171,7 +180,7 @@ def _engine_options(device: str, kv_budget: str | None, quantize: str | None, no
 
 _common = [
     click.argument("query_file", required=False),
-    click.option("-e", "--execute", "sql", metavar="SQL", help="SQL text instead of a QUERY_FILE."),
+    click.option("-e", "-c", "--execute", "sql", metavar="SQL", help="SQL text instead of a QUERY_FILE (-c as the duckdb CLI spells it; QUERY_FILE '-' or a pipe: standard input)."),
     click.option("--db", metavar="PATH", help="DuckDB database file (default: in-memory)."),
     click.option("--read-only", is_flag=True, help="Open --db read-only (the default when the statements only read)."),
     click.option("--table", "tables", multiple=True, metavar="NAME=PATH", help="Register a CSV/Parquet/JSON file as a view (repeatable)."),
@@ -342,11 +351,17 @@ def cache_stats(cache_path, fmt, debug):
 
 @cache.command("clear")
 @_cache_path
+@click.option("-y", "--yes", is_flag=True, help="Do not ask (needed when standard input is not a terminal).")
 @click.option("--debug", is_flag=True, hidden=True)
 @_handle_errors
-def cache_clear(cache_path, debug):
+def cache_clear(cache_path, yes, debug):
     """Delete every cached answer (the next runs pay for them again)."""
     store = _open_cache(cache_path)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise AisqlError("aisql cache clear deletes every paid answer: confirm with --yes", hint="aisql cache clear --yes")
+        if not click.confirm(f"delete {store.stats()['entries']:,} cached answers in {store.path}?", default=False, err=True):
+            raise AisqlError("nothing deleted")
     removed = store.clear()
     stderr.print(f"removed {removed:,} cached answers from {store.path}")
 

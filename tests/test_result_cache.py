@@ -254,7 +254,9 @@ def test_cache_commands(tmp_path: Path, monkeypatch):
     assert stats.exit_code == 0 and "190 answers" in stats.stdout
     again = CliRunner().invoke(main, ["run", "hot_leads.sql", "--model", "tiny", "--cache", str(cache), "--format", "csv"])
     assert again.stdout == run.stdout and "190 from the result cache" in again.stderr
-    cleared = CliRunner().invoke(main, ["cache", "clear", "--cache", str(cache)])
+    refused = CliRunner().invoke(main, ["cache", "clear", "--cache", str(cache)])  # no terminal, no --yes
+    assert refused.exit_code == 1 and "confirm with --yes" in refused.stderr
+    cleared = CliRunner().invoke(main, ["cache", "clear", "--cache", str(cache), "--yes"])
     assert cleared.exit_code == 0 and "removed 190" in cleared.stderr
     with sqlite3.connect(cache) as db:
         assert db.execute("SELECT count(*) FROM answers").fetchall() == [(0,)]

@@ -9,6 +9,7 @@ against the budget, and run. The Python API (`aisql.api`) and the CLI are thin l
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from dataclasses import dataclass
 
@@ -31,7 +32,7 @@ from aisql.planner.explain import Explanation
 from aisql.planner.hardware import Hardware, hardware_profile
 from aisql.session import ModelSession, ModelUsed
 from aisql.sql.bind import BoundStatement, bind_statement
-from aisql.sql.parse import parse_script
+from aisql.sql.parse import explained_sql, parse_script
 from aisql.sql.source import SourceText
 
 _RUNS = itertools.count(1)  # bound call names are unique per process: __aisql_<run>_ai_<n>
@@ -111,6 +112,20 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
     nodes = []
     table = None
     for number, bound in enumerate(statements, 1):
+        explained = explained_sql(bound.statement)
+        analyze = explained is not None and re.match(r"\s*ANALY[SZ]E\b", explained, re.IGNORECASE)
+        if analyze:
+            explained = explained[analyze.end() :]
+        if explained is not None and _has_ai(explained, request.dialect):
+            # EXPLAIN of a statement with AI calls: aisql's plan (DuckDB's EXPLAIN cannot bind them).
+            if analyze:
+                raise AisqlError(
+                    "EXPLAIN ANALYZE of a statement with AI calls is not supported",
+                    hint="run it with `aisql run --stats-json stats.json` for what each AI node did",
+                )
+            text = str(explain_script(con, session, explained, dialect=request.dialect))
+            table = pa.table({"plan": text.splitlines()})
+            continue
         executor.check(bound, source)
         stats = None
         if bound.has_ai and not request.naive:
@@ -140,6 +155,13 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         notes=call_notes(statements),
     )
     return QueryResult(table=table, stats=stats, model=used)
+
+
+def _has_ai(sql_text: str, dialect: str | None) -> bool:
+    try:
+        return any(bound.has_ai for bound in bind_script(SourceText(sql_text), dialect))
+    except AisqlError:
+        return False  # DuckDB reports what is wrong with it
 
 
 def call_notes(statements: list[BoundStatement]) -> list[str]:

@@ -19,6 +19,16 @@ if TYPE_CHECKING:
     from rich.tree import Tree
 
 
+class _Discard:
+    """A file that drops what is written (rich renders into its capture or record instead)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
 @dataclass
 class Explanation:
     """The plans of a script's statements with their estimates, for people (`tree`) and programs (`to_dict`)."""
@@ -37,6 +47,26 @@ class Explanation:
                 f"{' measured' if hw.measured else ''}, {hw.memory_bandwidth / 1e9:.0f} GB/s, ${hw.price_per_hour:.2f}/h)"
             )
         return plans_tree(self.plans, self.estimates, header)
+
+    # ---- printable: print(con.explain(q)), rich consoles, notebooks ---------------------------
+    def __str__(self) -> str:
+        from rich.console import Console
+
+        console = Console(width=110, file=_Discard(), color_system=None, force_terminal=False)
+        with console.capture() as captured:
+            console.print(self.tree())
+        return captured.get().rstrip("\n")
+
+    def __rich__(self) -> Tree:
+        return self.tree()
+
+    def _repr_html_(self) -> str:
+        """The tree as HTML, for Jupyter."""
+        from rich.console import Console
+
+        console = Console(record=True, width=110, file=_Discard(), force_terminal=True)
+        console.print(self.tree())
+        return console.export_html(inline_styles=True)
 
     def to_dict(self) -> dict:
         data = {"statements": [plan_to_dict(p, e) for p, e in zip(self.plans, self.estimates)]}

@@ -8,6 +8,8 @@ written out in DuckDB's. The AI functions' spellings of every vendor are recogni
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import sqlglot
@@ -52,7 +54,8 @@ def parse_script(source: SourceText, dialect: str | None = None) -> list[Stateme
             hint="check that every ' and \" is closed",
         ) from None
     try:
-        asts = sqlglot.parse(source.text, read=read)
+        with _quiet_sqlglot():  # EXPLAIN, PRAGMA, ...: sqlglot warns as it keeps them as commands
+            asts = sqlglot.parse(source.text, read=read)
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         description = _clean_description(first.get("description") or str(err))
@@ -69,12 +72,32 @@ def parse_script(source: SourceText, dialect: str | None = None) -> list[Stateme
     return statements
 
 
+@contextmanager
+def _quiet_sqlglot():
+    logger = logging.getLogger("sqlglot")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def explained_sql(statement: Statement) -> str | None:
+    """The statement an `EXPLAIN ...` explains (None for anything else)."""
+    ast = statement.ast
+    if isinstance(ast, exp.Command) and ast.name.upper() == "EXPLAIN" and isinstance(ast.expression, exp.Literal):
+        return ast.expression.this
+    return None
+
+
 def only_reads(text: str, dialect: str | None = None) -> bool:
     """Does every statement of `text` only read (queries, DESCRIBE, SHOW)? False if it does not
     parse: the run reports the syntax error."""
     read = dialect_for(dialect)
     try:
-        asts = sqlglot.parse(text, read=read)
+        with _quiet_sqlglot():
+            asts = sqlglot.parse(text, read=read)
     except (ParseError, TokenError):
         return False
     readers = (exp.Query, exp.Describe, exp.Show)
