@@ -207,8 +207,15 @@ def _apply(options):
 @main.command()
 @_apply(_common)
 @_apply(_engine)
-@click.option("-o", "--output", metavar="PATH", help="Write the result to a .csv, .parquet or .json file.")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True, help="How to print the result on stdout.")
+@click.option("-o", "--output", metavar="PATH", help="Write the result (the last statement's that returned rows) to a .csv, .parquet or .json file.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="How to print results on stdout. Several statements with rows: each in turn, tables and CSV separated by a blank line; json as JSON Lines, one {\"statement\": N, \"rows\": [...]} per result.",
+)
 @click.option("--stats-json", metavar="PATH", help="Write run statistics (prompts, tokens, time per AI node) as JSON.")
 @click.option("--naive", is_flag=True, help="Evaluate row by row without any optimisation (the reference).")
 @click.option("--max-rows", default=50, show_default=True, help="Rows to show with --format table.")
@@ -228,7 +235,7 @@ def run(
     cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
-    from aisql.output import check_output_path, check_text_path, print_csv, print_json, print_table, write_table, write_text_atomically
+    from aisql.output import check_output_path, check_text_path, print_csv, print_json, print_json_line, print_table, write_table, write_text_atomically
 
     text, query_dir = _query_source(query_file, sql)
     if output:  # every path written after the run is checked before it: no paid work is lost
@@ -274,6 +281,19 @@ def run(
             if note:
                 metadata["aisql_note"] = note
             write_table(table, output, metadata)
+        elif len(result.results) > 1:  # several statements returned rows: each in turn, as duckdb prints them
+            for position, (number, rows) in enumerate(result.results):
+                if fmt == "json":
+                    print_json_line({"statement": number, "rows": rows.to_pylist()})
+                    continue
+                if position:
+                    click.echo("")
+                if fmt == "csv":
+                    print_csv(rows)
+                else:
+                    print_table(rows, Console(highlight=False), max_rows=max_rows)
+            if note and fmt == "table":
+                click.echo(f"note: {note}")
         elif fmt == "csv":
             print_csv(table)
         elif fmt == "json":

@@ -146,6 +146,11 @@ def print_json(table: pa.Table) -> None:
     sys.stdout.write(json.dumps(table.to_pylist(), default=str, ensure_ascii=False, indent=2) + "\n")
 
 
+def print_json_line(document: dict) -> None:
+    """One JSON document on one line (JSON Lines), for one of several results."""
+    sys.stdout.write(json.dumps(document, default=str, ensure_ascii=False) + "\n")
+
+
 def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 

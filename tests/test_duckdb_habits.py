@@ -56,3 +56,36 @@ def test_explanations_print_as_trees(tiny_engine):
     html = explanation._repr_html_()
     assert html.lstrip().startswith("<!DOCTYPE html>") and "AIFilter" in html
     assert explanation.__rich__() is not None
+
+
+def test_every_statement_with_rows_is_printed_in_turn():
+    script = "SELECT 1 AS a; CREATE TABLE x AS SELECT 2 AS b; SELECT * FROM x; SELECT 'z' AS c"
+    as_json = aisql_cmd("run", "-c", script, "--format", "json", stdin="")
+    assert as_json.returncode == 0, as_json.stderr
+    import json
+
+    documents = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert documents == [
+        {"statement": 1, "rows": [{"a": 1}]},
+        {"statement": 3, "rows": [{"b": 2}]},  # CREATE ... AS has no rows to show, as in duckdb
+        {"statement": 4, "rows": [{"c": "z"}]},
+    ]
+    as_csv = aisql_cmd("run", "-c", "SELECT 1 AS a; SELECT 2 AS b", "--format", "csv", stdin="")
+    assert as_csv.stdout.split("\n\n") == ["a\n1", "b\n2\n"]
+    one = aisql_cmd("run", "-c", "CREATE TABLE y AS SELECT 1 AS v; SELECT v FROM y", "--format", "json", stdin="")
+    assert json.loads(one.stdout) == [{"v": 1}]  # one result: the plain JSON array, as before
+
+
+def test_python_api_keeps_every_result(tiny_engine):
+    con = aisql.Connection(engine=tiny_engine, cache=False)
+    result = con.run("SELECT 1 AS a; CREATE TABLE t AS SELECT 2 AS b; SELECT b FROM t")
+    assert [(n, t.to_pylist()) for n, t in result.results] == [(1, [{"a": 1}]), (3, [{"b": 2}])]
+    assert result.table.to_pylist() == [{"b": 2}]
+
+
+def test_explain_says_why_a_later_statements_input_is_unknown(tiny_engine):
+    con = aisql.Connection(engine=tiny_engine, cache=False)
+    explanation = con.explain("CREATE TEMP TABLE x AS SELECT 'a tent' AS t; SELECT t FROM x WHERE AI.IF(t)")
+    estimate = explanation.estimates[1].node("ai_1")
+    assert estimate.quality == "unknown"
+    assert "table x, which an earlier statement of the script creates" in estimate.reason

@@ -8,6 +8,7 @@ its input (the answers go to the answer store, so the run reuses them), else a d
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from typing import Callable
 
@@ -44,6 +45,7 @@ class MeasuredStatistics:
         # 1/ratio share of the predicate's own work (smaller inputs keep the default order).
         self.min_sampling_ratio = min_sampling_ratio
         self._inputs: dict[str, InputProfile | None] = {}
+        self._why_unknown: dict[str, str] = {}
         self._tokens: dict[str, TokenProfile | None] = {}
         self._selectivity: dict[str, Selectivity] = {}
         self._distinct: dict[tuple, int | None] = {}
@@ -59,6 +61,10 @@ class MeasuredStatistics:
         return self.facts.profile if self.facts else None
 
     # ---- counts -----------------------------------------------------------------------------
+    def why_unknown(self, node: AINode) -> str | None:
+        """Why input_profile(node) is None, when it is for a reason other than AI answers."""
+        return self._why_unknown.get(node.id)
+
     def input_profile(self, node: AINode) -> InputProfile | None:
         if node.id not in self._inputs:
             self._inputs[node.id] = self._count(node)
@@ -81,8 +87,15 @@ class MeasuredStatistics:
                 distinct.append(
                     self.con.execute(f"SELECT count(*) FROM (SELECT DISTINCT {columns} FROM {source} WHERE {not_null})").fetchall()[0][0]
                 )
-        except duckdb.Error:
-            return None  # e.g. a table an earlier statement of the script creates
+        except duckdb.CatalogException as err:  # e.g. a table an earlier statement of the script creates
+            first = str(err).splitlines()[0]
+            missing = re.search(r"with name (\S+) does not exist", first)
+            what = f"table {missing.group(1)}" if missing else "a table"
+            self._why_unknown[node.id] = f"its input reads {what}, which an earlier statement of the script creates: run it to measure"
+            return None
+        except duckdb.Error as err:
+            self._why_unknown[node.id] = f"its input cannot be counted without running the script ({str(err).splitlines()[0]})"
+            return None
         return InputProfile(int(rows_in), int(total), tuple(int(d) for d in distinct), frozenset(self._tables(node)))
 
     def distinct(self, node: AINode, tables: frozenset[str]) -> int | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
@@ -43,6 +43,8 @@ class QueryResult:
     table: pa.Table | None  # the last statement's rows (None if it returned none)
     stats: RunStats
     model: ModelUsed | None  # None when the script had no AI calls
+    # every statement that returned rows, in order: (its number in the script, from 1; its rows)
+    results: list[tuple[int, pa.Table]] = field(default_factory=list)
 
 
 @dataclass
@@ -111,6 +113,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         samples = SampleEvaluator(lambda: session.engine, session.store, session.fingerprint, budget, request.on_overflow)
     nodes = []
     table = None
+    results: list[tuple[int, pa.Table]] = []
     for number, bound in enumerate(statements, 1):
         explained = explained_sql(bound.statement)
         analyze = explained is not None and re.match(r"\s*ANALY[SZ]E\b", explained, re.IGNORECASE)
@@ -125,6 +128,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
                 )
             text = str(explain_script(con, session, explained, dialect=request.dialect))
             table = pa.table({"plan": text.splitlines()})
+            results.append((number, table))
             continue
         executor.check(bound, source)
         stats = None
@@ -143,6 +147,8 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         nodes.extend(result.nodes)
         if result.table is not None:
             table = result.table
+            if _returns_rows(bound.statement.ast):
+                results.append((number, table))
     used = session.model_used() if nodes else None
     stats = RunStats(
         model=used.name if used else session.model_name(),
@@ -154,7 +160,19 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         price_per_hour=profile.price_per_hour if profile else None,
         notes=call_notes(statements),
     )
-    return QueryResult(table=table, stats=stats, model=used)
+    if results:
+        table = results[-1][1]  # the last query's rows, not a later CREATE's row count
+    return QueryResult(table=table, stats=stats, model=used, results=results)
+
+
+def _returns_rows(ast) -> bool:
+    """A statement whose rows are its result (a query, DESCRIBE, SHOW, PRAGMA ...), as the duckdb
+    CLI prints them; CREATE ... AS, INSERT and the like return only a count here."""
+    from sqlglot import exp
+
+    if isinstance(ast, (exp.Create, exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Copy, exp.Drop, exp.Alter)):
+        return False
+    return not (isinstance(ast, exp.Query) and ast.args.get("into") is not None)
 
 
 def _has_ai(sql_text: str, dialect: str | None) -> bool:

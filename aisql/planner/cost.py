@@ -177,7 +177,8 @@ def _estimate_node(plan, position, node, stats, hardware, cached_leading) -> Nod
     if profile is None:
         if node.strategy is Strategy.STREAMING and node.note:
             return NodeEstimate(node.id, "unknown", node.note)
-        return NodeEstimate(node.id, "unknown", "its input depends on other AI answers")
+        why = getattr(stats, "why_unknown", lambda _: None)(node)
+        return NodeEstimate(node.id, "unknown", why or "its input depends on other AI answers")
     if tokens is None:
         return NodeEstimate(node.id, "unknown", "no tokenizer to count tokens with")
     earlier = [q for q in plan.nodes[:position] if q.id in node.depends_on]
