@@ -109,16 +109,17 @@ class Connection:
     def run(self, sql_text: str, **options) -> QueryResult:
         """Run every statement of `sql_text`; the result is the last one that returned rows, with
         its statistics. `options` are `aisql.executor.query.RunRequest`'s (the options of `aisql
-        run`): dialect, naive, hardware, price_per_hour, max_prompts, max_cost, on_overflow,
+        run`): params, dialect, naive, hardware, price_per_hour, max_prompts, max_cost, on_overflow,
         checkpoint_every, checkpoint_seconds, progress."""
         options.setdefault("dialect", self.dialect)
         return run_script(self.duckdb, self.session, sql_text, RunRequest(**options))
 
-    def sql(self, query: str, **run_options) -> duckdb.DuckDBPyRelation | None:
+    def sql(self, query: str, params=None, **run_options) -> duckdb.DuckDBPyRelation | None:
         """Plan and run `query` (AI calls included) and return its rows as a DuckDB relation, like
-        `duckdb.sql` (None for statements that return no rows). `self.last_result` keeps the
-        run's statistics; `run_options` are `run`'s."""
-        self.last_result = self.run(query, **run_options)
+        `duckdb.sql` (None for statements that return no rows). `params`: values of `?` / `$1`
+        (a list) or `$name` (a dict) parameters, bound as values, as DuckDB's API takes them.
+        `self.last_result` keeps the run's statistics; `run_options` are `run`'s."""
+        self.last_result = self.run(query, params=params, **run_options)
         table = self.last_result.table
         return None if table is None else self.duckdb.from_arrow(table)
 
@@ -130,12 +131,26 @@ class Connection:
         return register(self.duckdb if con is None else con, session=self.session, **options)
 
     def explain(
-        self, sql_text: str, *, hardware: str = "cpu", price_per_hour: float | None = None, sample: int = 0, dialect: str | None = None
+        self,
+        sql_text: str,
+        *,
+        hardware: str = "cpu",
+        price_per_hour: float | None = None,
+        sample: int = 0,
+        dialect: str | None = None,
+        params=None,
     ) -> Explanation:
         """Plans of every statement with cost estimates, plan vs naive. No model weights are loaded
         unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate."""
         return explain_script(
-            self.duckdb, self.session, sql_text, hardware=hardware, price_per_hour=price_per_hour, sample=sample, dialect=dialect or self.dialect
+            self.duckdb,
+            self.session,
+            sql_text,
+            hardware=hardware,
+            price_per_hour=price_per_hour,
+            sample=sample,
+            dialect=dialect or self.dialect,
+            params=params,
         )
 
     def close(self) -> None:

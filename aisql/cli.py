@@ -109,6 +109,31 @@ def _connect(
     return con
 
 
+def _parameters(specs: tuple[str, ...]):
+    """--param NAME=VALUE ...: a list for positional parameters (1=, 2=, ...), a dict by name."""
+    if not specs:
+        return None
+    from aisql.sql.parameters import parse_cli_value
+
+    values: dict[str, object] = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        name = name.strip().lstrip("$")
+        if not sep or not name:
+            raise AisqlError(f"--param expects NAME=VALUE, got {spec!r}")
+        if name in values:
+            raise AisqlError(f"--param {name} given twice")
+        values[name] = parse_cli_value(value)
+    if all(name.isdigit() for name in values):
+        positions = sorted(int(name) for name in values)
+        if positions != list(range(1, len(positions) + 1)):
+            raise AisqlError("positional parameters must be numbered 1, 2, ... without gaps", hint="e.g. --param 1=Berlin --param 2=30")
+        return [values[str(i)] for i in positions]
+    if any(name.isdigit() for name in values):
+        raise AisqlError("give parameters either by number (--param 1=...) or by name (--param city=...), not both")
+    return values
+
+
 def _read_only(db: str | None, requested: bool, text: str, dialect: str | None = None) -> bool:
     """Open --db read-only when asked, or when the script only reads (so a read-only warehouse
     file can be queried, and several readers do not conflict on its lock)."""
@@ -191,6 +216,13 @@ _common = [
         show_default=True,
         help="The SQL dialect the query is written in (a BigQuery or Snowflake query runs unchanged).",
     ),
+    click.option(
+        "--param",
+        "params",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="A value for $NAME in the query (repeatable); --param 1=VALUE for ? and $1. Numbers are numbers, the rest text; bound as values, never pasted into SQL.",
+    ),
     click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors."),
 ]
 
@@ -230,7 +262,7 @@ def _apply(options):
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts (or 10 s).")
 @_handle_errors
 def run(
-    query_file, sql, db, read_only, tables, dialect, debug, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation,
+    query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation,
     output, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
     cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every,
 ):
@@ -255,6 +287,7 @@ def run(
     try:
         result = con.run(
             text,
+            params=_parameters(params),
             dialect=dialect,
             naive=naive,
             hardware=hardware,
@@ -323,7 +356,7 @@ def run(
 @click.option("--price-per-hour", type=click.FloatRange(min=0), metavar="USD", help="Override the hardware profile's price.")
 @click.option("--sample", type=int, default=0, show_default=True, metavar="N", help="Measure each AI predicate's selectivity on N prompts (runs the model).")
 @_handle_errors
-def explain(query_file, sql, db, read_only, tables, dialect, debug, fmt, model, hardware, price_per_hour, sample):
+def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt, model, hardware, price_per_hour, sample):
     """Show the plan of QUERY_FILE (or -e SQL) with its estimated cost against naive execution.
 
     Runs no model unless --sample is given."""
@@ -334,7 +367,7 @@ def explain(query_file, sql, db, read_only, tables, dialect, debug, fmt, model, 
     text, query_dir = _query_source(query_file, sql)
     con = _connect(db, tables, query_dir, model=model, cache=bool(sample), read_only=_read_only(db, read_only, text, dialect))  # sampled answers are kept
     try:
-        explanation = con.explain(text, hardware=hardware, price_per_hour=price_per_hour, sample=sample, dialect=dialect)
+        explanation = con.explain(text, hardware=hardware, price_per_hour=price_per_hour, sample=sample, dialect=dialect, params=_parameters(params))
     finally:
         con.close()
     if fmt == "json":

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import aisql
 from conftest import ROOT
 
@@ -89,3 +91,33 @@ def test_explain_says_why_a_later_statements_input_is_unknown(tiny_engine):
     estimate = explanation.estimates[1].node("ai_1")
     assert estimate.quality == "unknown"
     assert "table x, which an earlier statement of the script creates" in estimate.reason
+
+
+def test_parameters_are_values_never_sql(tiny_engine):
+    con = aisql.Connection(engine=tiny_engine, cache=False)
+    con.duckdb.execute("CREATE TABLE t AS SELECT * FROM (VALUES (1, 'a tent'), (2, 'a kettle'), (3, 'a lamp')) v(id, x)")
+    hostile = "x' OR 1=1 --"
+    assert con.sql("SELECT id FROM t WHERE x = $x", params={"x": hostile}).fetchall() == []
+    assert con.sql("SELECT id FROM t WHERE id > ? AND id < ?", params=[1, 3]).fetchall() == [(2,)]
+    assert con.sql("SELECT $2 AS a, $1 AS b", params=["first", 2.5]).fetchall() == [(2.5, "first")]
+    # In a prompt: the value is the text the model sees, and planned == naive.
+    sql = "SELECT id, AI.IF(PROMPT('Is {x} useful for {0}?', $what)) AS ok FROM t WHERE id <> $skip ORDER BY id"
+    params = {"what": "camping", "skip": 3}
+    planned, naive = con.run(sql, params=params), con.run(sql, params=params, naive=True)
+    assert planned.table.to_pylist() == naive.table.to_pylist() and planned.table.num_rows == 2
+    with pytest.raises(aisql.AisqlError, match=r"no value for parameter \$skip"):
+        con.run(sql, params={"what": "camping"})
+    with pytest.raises(aisql.AisqlError, match="'extra' was given but the query does not use it"):
+        con.run("SELECT $a", params={"a": 1, "extra": 2})
+    with pytest.raises(aisql.AisqlError, match="has parameters"):
+        con.run("SELECT ?")
+
+
+def test_cli_parameters():
+    done = aisql_cmd("run", "-c", "SELECT $city AS c, $n + 1 AS m", "--param", "city=Berlin", "--param", "n=41", "--format", "csv", stdin="")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["c,m", "Berlin,42"]
+    positional = aisql_cmd("run", "-c", "SELECT ? AS a", "--param", "1=x", "--format", "csv", stdin="")
+    assert positional.stdout.splitlines() == ["a", "x"]
+    mixed = aisql_cmd("run", "-c", "SELECT ?", "--param", "1=x", "--param", "b=y", stdin="")
+    assert mixed.returncode == 1 and "either by number" in mixed.stderr

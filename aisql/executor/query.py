@@ -8,6 +8,7 @@ against the budget, and run. The Python API (`aisql.api`) and the CLI are thin l
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import time
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
+from sqlglot import exp
 
 from aisql.engine.calibrate import cpu_calibration
 from aisql.errors import AisqlError
@@ -32,6 +34,7 @@ from aisql.planner.explain import Explanation
 from aisql.planner.hardware import Hardware, hardware_profile
 from aisql.session import ModelSession, ModelUsed
 from aisql.sql.bind import BoundStatement, bind_statement
+from aisql.sql.parameters import Parameters, bind_parameters, check_all_used
 from aisql.sql.parse import explained_sql, parse_script
 from aisql.sql.source import SourceText
 
@@ -52,6 +55,7 @@ class RunRequest:
     """How to run a script (the options of `aisql run`)."""
 
     dialect: str | None = None  # what the script is written in: duckdb (default), bigquery, snowflake
+    params: Parameters = None  # values of $1 / ? / $name parameters: a list, or a dict by name
     naive: bool = False
     hardware: str | None = None  # cost the run at this profile's price (stats, --max-cost)
     price_per_hour: float | None = None
@@ -63,11 +67,19 @@ class RunRequest:
     progress: Progress | None = None  # None: silence
 
 
-def bind_script(source: SourceText, dialect: str | None = None) -> list[BoundStatement]:
-    """Parse and bind every statement before anything runs, so front-end errors come first."""
+def bind_script(source: SourceText, dialect: str | None = None, params: Parameters = None) -> list[BoundStatement]:
+    """Parse and bind every statement before anything runs, so front-end errors come first.
+    Parameter values ($1, ?, $name) go into the syntax trees as values first."""
     statements = []
     calls_so_far = 0
-    for statement in parse_script(source, dialect):
+    state: dict = {}
+    parsed = parse_script(source, dialect)
+    if params is not None or any(isinstance(n, exp.Placeholder) for s in parsed for n in s.ast.walk()):
+        parsed = [
+            dataclasses.replace(s, ast=bind_parameters(s.ast.copy(), params, state), parameters_bound=True) for s in parsed
+        ]
+        check_all_used(params, state)
+    for statement in parsed:
         bound = bind_statement(statement, source, function_prefix=f"__aisql_{next(_RUNS)}_", first_call_number=calls_so_far + 1)
         calls_so_far += len(bound.calls)
         statements.append(bound)
@@ -85,7 +97,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         raise AisqlError(f"unknown on_overflow mode {request.on_overflow!r}", hint="use error or truncate")
     started = time.perf_counter()
     source = SourceText(sql_text)
-    statements = bind_script(source, request.dialect)
+    statements = bind_script(source, request.dialect, request.params)
     check_endpoints(statements, session)
     wants_price = any(v is not None for v in (request.hardware, request.price_per_hour, request.max_cost, request.max_prompts))
     profile = hardware_profile(request.hardware or session.default_hardware(), request.price_per_hour, cpu_calibration) if wants_price else None
@@ -214,11 +226,12 @@ def explain_script(
     price_per_hour: float | None = None,
     sample: int = 0,
     dialect: str | None = None,
+    params: Parameters = None,
 ) -> Explanation:
     """Plans of every statement with cost estimates, plan vs naive. No model weights are loaded
     unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate."""
     source = SourceText(sql_text)
-    statements = bind_script(source, dialect)
+    statements = bind_script(source, dialect, params)
     check_endpoints(statements, session)
     sampler = SampleEvaluator(lambda: session.engine, session.store, session.fingerprint) if sample else None
     stats = MeasuredStatistics(con, session.facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0)

@@ -31,10 +31,11 @@ class Statement:
     text: str
     start: int  # offset of `text` in the script
     dialect: str = DEFAULT  # what `text` is written in; anything but DuckDB's runs as generated SQL
+    parameters_bound: bool = False  # parameter values are in `ast` (not in `text`): run the AST
 
     @property
     def runs_verbatim(self) -> bool:
-        return self.dialect == DEFAULT
+        return self.dialect == DEFAULT and not self.parameters_bound
 
 
 def parse_script(source: SourceText, dialect: str | None = None) -> list[Statement]:
