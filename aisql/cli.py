@@ -303,10 +303,13 @@ def run(
             progress.close()
         con.close()
     stats = result.stats
-    note = f"model {result.model.name}: {result.model.note}" if result.model and result.model.note else None
+    model_note = result.model.note if result.model else None
+    if quiet and model_note:  # --quiet hides notes, never what changes the answers' meaning (quantized weights)
+        model_note = "; ".join(part for part in model_note.split("; ") if "quantiz" in part) or None
+    note = f"model {result.model.name}: {model_note}" if model_note else None
     table = result.table
-    # The test model's note goes wherever its answers go: under a printed table, else to stderr
-    # (never into CSV/JSON data); even --quiet keeps it.
+    # The model's note goes wherever its answers go: under a printed table, else to stderr
+    # (never into CSV/JSON data).
     note_under_table = table is not None and not output and fmt == "table"
     if table is not None:
         if output:
@@ -448,7 +451,12 @@ def _summary(result, output: str | None) -> None:
             )
     parts.append(f"{result.stats.wall_s:.2f} s")
     if result.model:
-        where = f"on {result.model.device}" if result.model.device else "(not loaded: all answers cached)"
+        if result.model.device:
+            where = f"on {result.model.device}"
+        elif result.stats.totals()["prompts_total"]:
+            where = "(not loaded: all answers cached)"
+        else:
+            where = "(not loaded: no prompt to answer)"
         parts.append(f"model {result.model.name} {where}")
     stderr.print("[dim]" + _escape(" · ".join(parts)) + "[/dim]")
 

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
         source = args.output.with_name("reviews.parquet")
         duckdb.sql(f"COPY (SELECT * FROM read_csv_auto('{DEMO_INPUT}')) TO '{source}' (FORMAT parquet)")
 
-    con = aisql.connect(model=args.model, cache=args.cache or True, warn=lambda line: print(f"note: {line}", file=sys.stderr))
+    con = aisql.connect(model=args.model, cache=args.cache or True, warn=lambda line: print(line, file=sys.stderr))  # lines say what they are (warning: ...)
     con.register("reviews", source)
     complaints = con.sql(QUERY, checkpoint_every=args.checkpoint_every)
     write_table(complaints.to_arrow_table(), args.output)

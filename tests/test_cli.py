@@ -43,11 +43,13 @@ def test_run_main_example_prints_table_and_note():
 
 
 def test_run_from_another_directory_resolves_paths_next_to_the_query(tmp_path):
-    result = run_cli("run", HOT_LEADS, "--model", "tiny", "--format", "csv", "-q", cwd=tmp_path)
+    result = run_cli("run", HOT_LEADS, "--model", "tiny", "--format", "csv", cwd=tmp_path)
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert rows and set(rows[0]) == {"customer", "product", "price"}
     assert "meaningless" in result.stderr  # CSV data stays clean; the note goes to stderr
+    quiet = run_cli("run", HOT_LEADS, "--model", "tiny", "--format", "csv", "-q", cwd=tmp_path)
+    assert quiet.stdout == result.stdout and quiet.stderr == ""  # -q: no notes, no summary
 
 
 def test_formats_and_outputs_agree(tmp_path):

@@ -239,7 +239,7 @@ def explain_script(
     plans = [plan_statement(bound, PlanningContext(stats)) for bound in statements]
     has_ai = any(p.nodes for p in plans)
     estimates = [estimate_plan(p, stats, profile) if p.nodes else None for p in plans]
-    model = stats.model.name if has_ai and stats.model else None
+    model = session.model_name() if has_ai else None  # its name as the user gave it, not a cache path
     return Explanation(plans=plans, estimates=estimates, hardware=profile, model=model)
 
 

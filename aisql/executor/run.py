@@ -114,6 +114,9 @@ class Executor:
         """A LIMIT k with nothing ordering the rows (planner rule stop_at_limit): evaluate in
         chunks until the statement, its LIMIT removed, has k rows among the answers known."""
         wanted = runtime.node.stop_after
+        if wanted == 0:  # LIMIT 0: no row is wanted, no prompt is asked
+            runtime.closed = True
+            return
         unlimited = plan.final_ast.copy()
         unlimited.set("limit", None)
         unlimited.set("offset", None)
