@@ -20,6 +20,13 @@ from aisql.errors import AisqlError, DataError
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def report_error(err: AisqlError) -> None:
+    """One `error:` line naming the problem and its place, and a hint line if there is one."""
+    stderr.print(f"[bold red]error:[/bold red] {_escape(err.located())}")
+    if err.hint:
+        stderr.print(f"[dim]hint: {_escape(err.hint)}[/dim]")
+
+
 def _handle_errors(fn):
     """Print AisqlErrors as one clear message and exit 1; --debug shows the traceback instead."""
 
@@ -31,9 +38,7 @@ def _handle_errors(fn):
         except AisqlError as err:
             if debug:
                 raise
-            stderr.print(f"[bold red]error:[/bold red] {_escape(err.located())}")
-            if err.hint:
-                stderr.print(f"[dim]hint: {_escape(err.hint)}[/dim]")
+            report_error(err)
             sys.exit(1)
         except KeyboardInterrupt:
             stderr.print("[bold red]interrupted[/bold red]")
@@ -377,6 +382,49 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
         click.echo(json.dumps(explanation.to_dict(), indent=2))
     else:
         Console(highlight=False).print(explanation.tree())
+
+
+@main.command()
+@click.option("--db", metavar="PATH", help="DuckDB database file (default: in-memory).")
+@click.option("--read-only", is_flag=True, help="Open --db read-only.")
+@click.option("--table", "tables", multiple=True, metavar="NAME=PATH", help="Register a CSV/Parquet/JSON file as a view (repeatable).")
+@click.option("--dialect", type=click.Choice(["duckdb", "bigquery", "snowflake"], case_sensitive=False), default="duckdb", show_default=True)
+@_apply(_engine)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--max-rows", default=50, show_default=True, help="Rows to show with --format table.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@_handle_errors
+def shell(db, read_only, tables, dialect, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation, fmt, max_rows, no_cache, debug):
+    """An interactive session, as `duckdb` with no arguments: statements end at `;`, each runs
+    when complete; the model loads once. Piped input runs as a script (exit 1 if a statement failed)."""
+    from aisql.output import print_csv, print_json_line, print_table
+    from aisql.shell import run_shell
+
+    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype)
+    con = _connect(db, tables, None, model=model, engine_options=options, cache=not no_cache, read_only=read_only)
+
+    def run_one(statement: str) -> None:
+        result = con.run(statement, dialect=dialect)
+        for number, rows in result.results:
+            if fmt == "json":
+                print_json_line({"rows": rows.to_pylist()})
+            elif fmt == "csv":
+                print_csv(rows)
+            else:
+                print_table(rows, Console(highlight=False), max_rows=max_rows)
+        if result.model and result.model.note and result.results and fmt == "table":
+            click.echo(f"note: model {result.model.name}: {result.model.note}")
+        for line in result.stats.notes:
+            stderr.print(f"[dim]note: {_escape(line)}[/dim]")
+        if result.stats.nodes:
+            _summary(result, None)
+
+    try:
+        code = run_shell(con, run_one, sys.stdin, dialect)
+    finally:
+        con.close()
+    sys.exit(code)
 
 
 @main.group()

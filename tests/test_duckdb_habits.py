@@ -121,3 +121,23 @@ def test_cli_parameters():
     assert positional.stdout.splitlines() == ["a", "x"]
     mixed = aisql_cmd("run", "-c", "SELECT ?", "--param", "1=x", "--param", "b=y", stdin="")
     assert mixed.returncode == 1 and "either by number" in mixed.stderr
+
+
+def test_shell_runs_statements_as_they_complete():
+    from aisql.shell import complete_statements
+
+    assert complete_statements("SELECT 1; SELECT ';' AS s;\nSELECT 2") == (["SELECT 1;", " SELECT ';' AS s;"], "\nSELECT 2")
+    assert complete_statements("SELECT 'open;") == ([], "SELECT 'open;")  # inside a string: wait
+    script = "SELECT 1 AS a;\nCREATE TABLE t AS SELECT 'x'\n  AS b; SELECT nope;\nSELECT b FROM t"
+    done = aisql_cmd("shell", "--format", "csv", stdin=script)
+    assert done.stdout.splitlines() == ["a", "1", "b", "x"]  # one session: t persists; the last `;` optional
+    assert done.returncode == 1 and done.stderr.count("error:") == 1 and 'column "nope"' in done.stderr
+
+
+def test_shell_is_one_session(tmp_path):
+    script = "CREATE TABLE t AS SELECT * FROM (VALUES ('a tent'), ('a kettle')) v(x);\n" + "SELECT x, AI.IF(x) AS ok FROM t;\n" * 2
+    done = aisql_cmd("shell", "--model", "tiny", "--format", "csv", "--no-cache", stdin=script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("x,ok") == 2
+    first, second = [line for line in done.stderr.splitlines() if "prompts" in line]
+    assert "2 evaluated" in first and "0 evaluated" in second  # the same session: its model and answers
