@@ -70,7 +70,7 @@ def _query_source(query_file: str | None, sql: str | None) -> tuple[str, Path | 
             raise AisqlError("no query: standard input is empty", hint="e.g. echo 'SELECT 42' | aisql run")
         return text, None
     if not query_file:
-        raise AisqlError("no query: give a QUERY_FILE, -e SQL or SQL on standard input", hint="e.g. aisql run examples/hot_leads.sql")
+        raise AisqlError("no query: give a QUERY_FILE, -e SQL or SQL on standard input", hint="e.g. aisql run examples/hot_leads.sql, or `aisql shell` for an interactive session")
     path = Path(query_file)
     if path.is_dir():
         raise DataError(f"query file {query_file} is a directory")
