@@ -12,6 +12,7 @@ The CLI is a thin layer over this module.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -112,7 +113,14 @@ class Connection:
         run`): params, dialect, naive, hardware, price_per_hour, max_prompts, max_cost, on_overflow,
         checkpoint_every, checkpoint_seconds, progress."""
         options.setdefault("dialect", self.dialect)
-        return run_script(self.duckdb, self.session, sql_text, RunRequest(**options))
+        notebook_bar = None
+        if "progress" not in options and in_notebook():
+            notebook_bar = options["progress"] = notebook_progress()
+        try:
+            return run_script(self.duckdb, self.session, sql_text, RunRequest(**options))
+        finally:
+            if notebook_bar is not None:
+                notebook_bar.close()
 
     def sql(self, query: str, params=None, **run_options) -> duckdb.DuckDBPyRelation | None:
         """Plan and run `query` (AI calls included) and return its rows as a DuckDB relation, like
@@ -172,6 +180,23 @@ def connect(
     return Connection(
         database, read_only=read_only, session=ModelSession.from_options(model, **options), warn=options.get("warn"), dialect=dialect
     )
+
+
+def in_notebook() -> bool:
+    """Is this a Jupyter (IPython kernel) session? Its cell output can show a live progress bar."""
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None) if ipython is not None else None
+    shell = get() if callable(get) else None
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def notebook_progress():
+    """The progress bars `aisql run` draws, drawn in the notebook's cell (rich renders to Jupyter)."""
+    from rich.console import Console
+
+    from aisql.progress_bar import RichProgress
+
+    return RichProgress(Console(force_jupyter=True))
 
 
 def file_scan_sql(path: str | os.PathLike) -> str:

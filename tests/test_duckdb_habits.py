@@ -141,3 +141,29 @@ def test_shell_is_one_session(tmp_path):
     assert done.stdout.count("x,ok") == 2
     first, second = [line for line in done.stderr.splitlines() if "prompts" in line]
     assert "2 evaluated" in first and "0 evaluated" in second  # the same session: its model and answers
+
+
+def test_progress_bar_in_a_notebook(monkeypatch, tiny_engine):
+    import types
+
+    from aisql import api
+    from aisql.progress_bar import RichProgress
+
+    assert not api.in_notebook()  # plain Python: no bar unless asked
+    kernel_shell = types.SimpleNamespace(kernel=object())
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: kernel_shell))
+    assert api.in_notebook()
+    chosen = []
+    real = api.notebook_progress
+
+    def spy():
+        bar = real()
+        chosen.append(bar)
+        return bar
+
+    monkeypatch.setattr(api, "notebook_progress", spy)
+    con = aisql.Connection(engine=tiny_engine, cache=False)
+    con.run("SELECT 1")
+    assert len(chosen) == 1 and isinstance(chosen[0], RichProgress)
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: types.SimpleNamespace()))
+    assert not api.in_notebook()  # a terminal IPython shell has no kernel
