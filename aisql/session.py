@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -56,6 +57,7 @@ class ModelSession:
         self._resolved_for_facts: ResolvedModel | None = None
         self._facts: ModelFacts | None = None
         self._fingerprint: str | None = None
+        self.load_s: float | None = None  # how long this session's model took to load (None: not loaded here)
 
     @classmethod
     def from_options(cls, model: str | None = None, **options) -> ModelSession:
@@ -75,7 +77,9 @@ class ModelSession:
         """The engine, loaded on first use (work answered from the cache never loads a model)."""
         with self.lock:
             if self._engine is None:
+                started = time.perf_counter()
                 self._engine = load_resolved(self.resolved_model, self.engine_options, notify=self._notice)
+                self.load_s = time.perf_counter() - started
             return self._engine
 
     @property

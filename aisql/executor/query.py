@@ -27,6 +27,7 @@ from aisql.executor.answering import RunOptions
 from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.run import Executor
 from aisql.executor.run_stats import RunStats
+from aisql.executor import throughput
 from aisql.executor.sampling import SampleEvaluator
 from aisql.planner import Plan, PlanningContext, plan_statement
 from aisql.planner.cost import estimate_plan
@@ -100,7 +101,11 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
     statements = bind_script(source, request.dialect, request.params)
     check_endpoints(statements, session)
     wants_price = any(v is not None for v in (request.hardware, request.price_per_hour, request.max_cost, request.max_prompts))
-    profile = hardware_profile(request.hardware or session.default_hardware(), request.price_per_hour, cpu_calibration) if wants_price else None
+    profile = (
+        calibrated(hardware_profile(request.hardware or session.default_hardware(), request.price_per_hour, cpu_calibration), session)
+        if wants_price
+        else None
+    )
     budget = None
     if request.max_prompts is not None or request.max_cost is not None:
         budget = Budget(request.max_prompts, request.max_cost, price_per_hour=profile.price_per_hour if profile else 0.0)
@@ -162,6 +167,8 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
             if _returns_rows(bound.statement.ast):
                 results.append((number, table))
     used = session.model_used() if nodes else None
+    if used is not None and used.device is not None:
+        _remember_throughput(session, nodes, "naive" if request.naive else "planned")
     stats = RunStats(
         model=used.name if used else session.model_name(),
         model_note=used.note if used else None,
@@ -185,6 +192,23 @@ def _returns_rows(ast) -> bool:
     if isinstance(ast, (exp.Create, exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Copy, exp.Drop, exp.Alter)):
         return False
     return not (isinstance(ast, exp.Query) and ast.args.get("into") is not None)
+
+
+def calibrated(profile: Hardware, session: ModelSession, measured: "throughput.Measured | None" = None) -> Hardware:
+    """The profile with this model's measured speed from earlier runs, when there is one (on this
+    machine's own profile only: a GPU profile is not priced from CPU runs)."""
+    if profile.name != session.default_hardware():
+        return profile
+    measured = measured or throughput.lookup(session.fingerprint())
+    if measured is None or measured.planned_tokens_per_s is None:
+        return profile
+    return dataclasses.replace(profile, planned_tokens_per_s=measured.planned_tokens_per_s, naive_tokens_per_s=measured.naive_tokens_per_s)
+
+
+def _remember_throughput(session: ModelSession, nodes, mode: str) -> None:
+    tokens = sum(n.computed_tokens for n in nodes)
+    seconds = sum(n.wall_s for n in nodes)
+    throughput.record(session.fingerprint(), mode, tokens, seconds, load_s=session.load_s)
 
 
 def _has_ai(sql_text: str, dialect: str | None) -> bool:
@@ -236,11 +260,13 @@ def explain_script(
     sampler = SampleEvaluator(lambda: session.engine, session.store, session.fingerprint) if sample else None
     stats = MeasuredStatistics(con, session.facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0)
     profile = hardware_profile(hardware, price_per_hour, cpu_calibration)
+    measured = throughput.lookup(session.fingerprint()) if hardware == session.default_hardware() else None
+    profile = calibrated(profile, session, measured)
     plans = [plan_statement(bound, PlanningContext(stats)) for bound in statements]
     has_ai = any(p.nodes for p in plans)
     estimates = [estimate_plan(p, stats, profile) if p.nodes else None for p in plans]
     model = session.model_name() if has_ai else None  # its name as the user gave it, not a cache path
-    return Explanation(plans=plans, estimates=estimates, hardware=profile, model=model)
+    return Explanation(plans=plans, estimates=estimates, hardware=profile, model=model, load_s=measured.load_s if measured and has_ai else None)
 
 
 def _check_budget(plan: Plan, stats: MeasuredStatistics, session: ModelSession, profile: Hardware, budget: Budget, where: str) -> None:

@@ -259,4 +259,7 @@ def _side(prompts, tokens_run, flops, hardware: Hardware, model: ModelProfile | 
         prefill_passes = prompts
         decode_passes = prompts * decode_steps
     time_s = max(flops / reachable, (prefill_passes + decode_passes) * weight_read)
+    measured = hardware.planned_tokens_per_s if batched else (hardware.naive_tokens_per_s or hardware.planned_tokens_per_s)
+    if measured:
+        time_s = tokens_run / measured  # calibrated: what this engine did with this model before
     return Side(prompts, tokens_run, flops, time_s, time_s * hardware.price_per_hour / 3600)

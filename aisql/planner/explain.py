@@ -37,6 +37,7 @@ class Explanation:
     estimates: list[PlanEstimate | None] = field(default_factory=list)
     hardware: Hardware | None = None
     model: str | None = None
+    load_s: float | None = None  # the model's measured load time, when it is not loaded yet
 
     def tree(self) -> Tree:
         header = ""
@@ -46,7 +47,14 @@ class Explanation:
                 f"model {self.model} · hardware {hw.name} ({hw.peak_flops / 1e12:.2f} TFLOP/s peak"
                 f"{' measured' if hw.measured else ''}, {hw.memory_bandwidth / 1e9:.0f} GB/s, ${hw.price_per_hour:.2f}/h)"
             )
-        return plans_tree(self.plans, self.estimates, header)
+            if hw.planned_tokens_per_s:
+                header += f" · time calibrated: {hw.planned_tokens_per_s:,.0f} computed tok/s measured with this model"
+            elif self.model:
+                header += " · time uncalibrated (FLOP model; a run of this model calibrates it)"
+            if self.load_s is not None:
+                header += f" · + model load ~{self.load_s:.1f} s (measured)"
+        calibrated = bool(self.hardware and self.hardware.planned_tokens_per_s)
+        return plans_tree(self.plans, self.estimates, header, calibrated)
 
     # ---- printable: print(con.explain(q)), rich consoles, notebooks ---------------------------
     def __str__(self) -> str:
@@ -76,8 +84,10 @@ class Explanation:
                 "peak_flops": self.hardware.peak_flops,
                 "memory_bandwidth": self.hardware.memory_bandwidth,
                 "price_per_hour": self.hardware.price_per_hour,
+                "calibrated_tokens_per_s": self.hardware.planned_tokens_per_s,
             }
             data["model"] = self.model
+            data["model_load_s"] = self.load_s
         return data
 
 
@@ -137,7 +147,7 @@ def plan_to_dict(plan: Plan, estimate: PlanEstimate | None) -> dict:
     return data
 
 
-def plans_tree(plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], header: str = "") -> Tree:
+def plans_tree(plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], header: str = "", calibrated: bool = False) -> Tree:
     from rich.tree import Tree
 
     root = Tree("[bold]Plan[/bold]" + (f"  [dim]{header}[/dim]" if header else ""))
@@ -165,7 +175,7 @@ def plans_tree(plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], 
                     f"rows in: {mark}{est.rows_in:,.0f}  prompts total: {mark}{est.prompts_total:,.0f}  "
                     f"prompts unique: {mark}{est.prompts_unique:,.0f}"
                 )
-                branch.add(_cost_line(est.naive, est.plan))
+                branch.add(_cost_line(est.naive, est.plan, calibrated))
                 if est.selectivity is not None or est.input_factor != 1.0:
                     sel = f"selectivity {est.selectivity.value:.2f} ({est.selectivity.source})" if est.selectivity else ""
                     share = f"input {est.input_factor:.0%} of its AI-free rows" if est.input_factor != 1.0 else ""
@@ -176,17 +186,18 @@ def plans_tree(plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], 
                 expected = f": about {est.plan.prompts:,.0f} prompts expected at this selectivity" if node.stop_after is not None and est and est.plan else ""
                 branch.add(f"[dim]{node.note}{expected}[/dim]")
         if estimate is not None and plan.nodes:
-            stmt.add("[bold]total[/bold]  " + _cost_line(estimate.naive, estimate.plan))
+            stmt.add("[bold]total[/bold]  " + _cost_line(estimate.naive, estimate.plan, calibrated))
     return root
 
 
-def _cost_line(naive: Side, plan: Side) -> str:
+def _cost_line(naive: Side, plan: Side, calibrated: bool = False) -> str:
     ratio = f" ({naive.tokens / plan.tokens:.1f}x fewer)" if plan.tokens else ""
     line = f"tokens naive {naive.tokens:,.0f} → plan {plan.tokens:,.0f}{ratio}"
     if naive.flops:
         line += f" · FLOPs {naive.flops:.2e} → {plan.flops:.2e}"
     if naive.time_s:
-        line += f" · time ≥ {_duration(naive.time_s)} → {_duration(plan.time_s)} · ${naive.usd:.4f} → ${plan.usd:.4f}"
+        bound = "~" if calibrated else "≥"  # measured speed: an estimate; the FLOP model: a lower bound
+        line += f" · time {bound} {_duration(naive.time_s)} → {_duration(plan.time_s)} · ${naive.usd:.4f} → ${plan.usd:.4f}"
     return line
 
 

@@ -22,6 +22,10 @@ class Hardware:
     efficiency: float  # fraction of peak FLOPs a forward pass reaches
     price_per_hour: float  # USD
     measured: bool = False
+    # What the engine achieved with this model in earlier runs (computed tokens per second of
+    # AI-node time; aisql.executor.throughput): when known, time estimates use it, not the FLOPs.
+    planned_tokens_per_s: float | None = None
+    naive_tokens_per_s: float | None = None
 
     def with_price(self, price_per_hour: float | None) -> "Hardware":
         return self if price_per_hour is None else replace(self, price_per_hour=price_per_hour)

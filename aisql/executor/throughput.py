@@ -1,0 +1,83 @@
+"""What the engine really achieves, remembered per model: computed tokens per second of AI-node
+time in planned and naive runs, and how long the model took to load — so `explain` and the
+`--max-cost` check price a query from measured speed instead of a matmul peak.
+
+Kept as a small JSON file beside the result cache, keyed by the model's fingerprint (weights,
+quantization, device, dtype) and aisql's version; runs too small to say anything (< 500 computed
+tokens) are not recorded. Explain reads it without torch or the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+MIN_TOKENS = 500
+
+
+@dataclass(frozen=True)
+class Measured:
+    planned_tokens_per_s: float | None
+    naive_tokens_per_s: float | None
+    load_s: float | None
+    runs: int
+
+
+def log_path() -> Path:
+    from aisql.paths import cache_root
+
+    return cache_root() / "throughput.json"
+
+
+def _key(fingerprint: str) -> str:
+    from aisql import __version__
+
+    return f"{fingerprint}|{__version__}"
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def lookup(fingerprint: str, path: Path | None = None) -> Measured | None:
+    entry = _read(path or log_path()).get(_key(fingerprint))
+    if not entry:
+        return None
+
+    def rate(mode: str) -> float | None:
+        tokens, seconds = entry.get(f"{mode}_tokens", 0), entry.get(f"{mode}_seconds", 0.0)
+        return tokens / seconds if tokens >= MIN_TOKENS and seconds > 0 else None
+
+    return Measured(rate("planned"), rate("naive"), entry.get("load_s"), entry.get("runs", 0))
+
+
+def record(fingerprint: str, mode: str, tokens: int, seconds: float, load_s: float | None = None, path: Path | None = None) -> None:
+    """Add one run's AI work (`mode` planned or naive) to the model's totals (best effort: a
+    read-only cache directory only means explain stays uncalibrated)."""
+    if tokens < MIN_TOKENS or seconds <= 0:
+        return
+    path = path or log_path()
+    data = _read(path)
+    entry = data.setdefault(_key(fingerprint), {})
+    # Recent runs count most: older totals decay, so a faster engine or machine shows soon.
+    for field in (f"{mode}_tokens", f"{mode}_seconds"):
+        entry[field] = entry.get(field, 0) * 0.5
+    entry[f"{mode}_tokens"] += tokens
+    entry[f"{mode}_seconds"] += seconds
+    entry["runs"] = entry.get("runs", 0) + 1
+    if load_s is not None:
+        entry["load_s"] = round(load_s, 3)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=".throughput-", dir=path.parent)
+        with os.fdopen(handle, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(temporary, path)
+    except OSError:
+        pass
