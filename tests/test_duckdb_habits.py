@@ -167,3 +167,26 @@ def test_progress_bar_in_a_notebook(monkeypatch, tiny_engine):
     assert len(chosen) == 1 and isinstance(chosen[0], RichProgress)
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: types.SimpleNamespace()))
     assert not api.in_notebook()  # a terminal IPython shell has no kernel
+
+
+def test_sampling_in_sql_is_seeded_and_reproducible(tiny_engine):
+    con = aisql.Connection(engine=tiny_engine, cache=False)
+    con.duckdb.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('a tent'), ('a kettle'), ('a tent')) v(x)")
+    sql = "SELECT x, AI.GENERATE(PROMPT('Describe {x}'), max_tokens => 8, temperature => 0.9, seed => SEED) AS g FROM t"
+    planned = con.run(sql.replace("SEED", "7"))
+    naive = con.run(sql.replace("SEED", "7"), naive=True)
+    rows = planned.table.to_pylist()
+    assert rows == naive.table.to_pylist()  # planned == naive: each prompt drawn alone, seeded by its text
+    assert rows[0]["g"] == rows[2]["g"]  # the same prompt, the same draw
+    assert planned.stats.totals()["draft_tokens"] == 0  # no speculation when sampling
+    other = con.run(sql.replace("SEED", "8")).table.to_pylist()
+    greedy = con.run("SELECT x, AI.GENERATE(PROMPT('Describe {x}'), max_tokens => 8) AS g FROM t").table.to_pylist()
+    assert other != rows or greedy != rows  # a seed or the temperature changes the text
+    with pytest.raises(aisql.AisqlError, match="temperature must be between 0 and 2"):
+        con.run("SELECT AI.GENERATE(x, temperature => 7) FROM t")
+    bq = aisql.Connection(engine=tiny_engine, cache=False, dialect="bigquery")
+    bq.duckdb.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('a tent'), ('a kettle'), ('a tent')) v(x)")
+    from_params = bq.run(
+        """SELECT x, AI.GENERATE(PROMPT('Describe {x}'), model_params => JSON '{"generation_config": {"temperature": 0.9, "seed": 7, "max_output_tokens": 8}}').result AS g FROM t"""
+    )
+    assert from_params.table.to_pylist() == rows and not from_params.stats.notes  # BigQuery's spelling of the same call

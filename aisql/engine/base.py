@@ -46,6 +46,9 @@ class GenerateRequest:
     prompt_ids: tuple[int, ...]
     max_tokens: int
     grammar: str | None = None  # decode only a literal of this type: 'int', 'double', 'bool' (engine/constrained.py)
+    temperature: float = 0.0  # 0: greedy; else seeded sampling (no speculation)
+    top_p: float = 1.0
+    seed: int | None = None  # the sampling generator's seed: the same draws every time
 
 
 @dataclass(frozen=True)

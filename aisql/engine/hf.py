@@ -26,6 +26,7 @@ from aisql.engine.scheduler import Scheduler, Work
 from aisql.engine import flat as flat_attention
 from aisql.engine.constrained import DEAD_END, constraint_for
 from aisql.engine.decode import DecodeRow, decode_pass, greedy_accept, settle
+from aisql.engine.sampling import sample_token, seeded_generator
 from aisql.engine.flat import FlatOutput, Segment
 from aisql.engine.speculative import NgramIndex, SpeculationConfig
 
@@ -244,6 +245,11 @@ class HFEngine(EncodesPrompts):
         # Typed generation: the most likely token that keeps the output a literal of the type.
         constraints = [constraint_for(r.grammar, self.tokenizer, self.stop_ids) if r.grammar else None for r in requests]
         texts = [""] * len(batch)
+        # Sampled rows (temperature > 0): each from its own seeded generator, never with drafts.
+        generators = [seeded_generator(r.seed if r.seed is not None else 0, self.device) if r.temperature > 0 else None for r in requests]
+        for b, request in enumerate(requests):
+            if generators[b] is not None:
+                next_tokens[b] = sample_token(first_logits[b], request.temperature, request.top_p, generators[b])
         for b, constraint in enumerate(constraints):
             if constraint is not None:
                 choice = constraint.choose(first_logits[b], "")
@@ -287,11 +293,16 @@ class HFEngine(EncodesPrompts):
             active = still
             for b in active:
                 limit = requests[b].max_tokens - len(outputs[b]) - 1
-                decode_rows[b].draft = indexes[b].propose(limit) if indexes and constraints[b] is None else []
+                decode_rows[b].draft = indexes[b].propose(limit) if indexes and constraints[b] is None and generators[b] is None else []
             step_rows = [decode_rows[b] for b in active]
             step = decode_pass(self.runner, cache, mask, step_rows)
             accepted = []
             for row, b in enumerate(active):
+                if generators[b] is not None:
+                    request = requests[b]
+                    accepted.append(0)
+                    pending[b] = [sample_token(step.logits[row, 0], request.temperature, request.top_p, generators[b])]
+                    continue
                 if constraints[b] is not None:
                     choice = constraints[b].choose(step.logits[row, 0], texts[b])
                     accepted.append(0)

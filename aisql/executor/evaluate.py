@@ -8,6 +8,7 @@ may run the ordered prompts in chunks, committing answers after each one.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -66,6 +67,18 @@ def run(engine: Engine, task: Task, items: Sequence[Prepared], *, naive: bool = 
                 cost=request.standalone_tokens(),
                 score=math.exp(scores.logprobs[scores.best]),
             )
+    elif task.sampling is not None:
+        # Seeded sampling: each prompt's draws come from a seed of (the call's seed, its text), and
+        # each prompt runs alone with nothing reused in either mode — identical numerics, so
+        # planned == naive and a cached answer is the answer a rerun would draw.
+        room = engine.info.max_context
+        temperature, top_p, seed = task.sampling
+        for item in items:
+            request = GenerateRequest(
+                item.ids, min(task.max_tokens or 1, room - len(item.ids)), temperature=temperature, top_p=top_p, seed=_text_seed(seed, item.text)
+            )
+            (generation,) = engine.generate([request], reuse=False, speculative=False)
+            answers[item.text] = Answer(value=function.value_from_text(task, generation.text), cost=generation.standalone_tokens(request))
     else:
         room = engine.info.max_context
         requests = [GenerateRequest(p.ids, min(task.max_tokens or 1, room - len(p.ids)), grammar=task.grammar) for p in items]
@@ -73,6 +86,10 @@ def run(engine: Engine, task: Task, items: Sequence[Prepared], *, naive: bool = 
         for item, request, generation in zip(items, requests, generations):
             answers[item.text] = Answer(value=function.value_from_text(task, generation.text), cost=generation.standalone_tokens(request))
     return answers
+
+
+def _text_seed(seed: int, text: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}\x1f{text}".encode()).digest()[:8], "big") >> 1
 
 
 def evaluate(engine: Engine, task: Task, texts: Sequence[str], *, naive: bool = False, **options) -> dict[str, Answer]:

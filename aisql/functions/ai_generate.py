@@ -21,6 +21,7 @@ INSTRUCTION = "You are a helpful assistant. Answer concisely."
 @dataclass(frozen=True)
 class GenerateOptions(Options):
     max_tokens: int = DEFAULT_MAX_TOKENS
+    sampling: tuple[float, float, int] | None = None  # (temperature, top_p, seed); None: greedy
 
 
 class AiGenerate(AIFunction):
@@ -29,6 +30,7 @@ class AiGenerate(AIFunction):
     sqlglot_nodes = (exp.AIGenerate,)
     sql_type = "VARCHAR"
     request = Request.GENERATE
+    samples = True
     duckdb_name = "ai_generate"
     duckdb_parameters = (DuckDBParameter("max_tokens", "INTEGER", str(DEFAULT_MAX_TOKENS)),)
     signature_hint = "AI.GENERATE(prompt, max_tokens => 64)"
@@ -49,8 +51,8 @@ class AiGenerate(AIFunction):
                         key = item.this.name.lower() if hasattr(item, "this") else ""
                         if key == "max_tokens":
                             named.setdefault("max_tokens", item.expression)
-                        elif key == "temperature" and arguments.literal_value(item.expression) in (0, 0.0):
-                            continue
+                        elif key in ("temperature", "top_p", "seed"):
+                            named.setdefault(key, item.expression)
                         else:
                             named.setdefault("__ignored_" + key, item.expression)
         ignored = [key[len("__ignored_") :] for key in list(named) if key.startswith("__ignored_")]
@@ -66,13 +68,14 @@ class AiGenerate(AIFunction):
         node = named.pop("max_tokens", None) or named.pop("max_output_tokens", None)
         if node is None and positional and not isinstance(positional[0], exp.Struct):
             node = positional.pop(0)
-        return GenerateOptions(DEFAULT_MAX_TOKENS if node is None else arguments.read_max_tokens(spelling, node))
+        sampling = arguments.read_sampling(spelling, named)
+        return GenerateOptions(DEFAULT_MAX_TOKENS if node is None else arguments.read_max_tokens(spelling, node), sampling)
 
     def options_from_values(self, max_tokens: Any = DEFAULT_MAX_TOKENS, *rest: Any) -> GenerateOptions:
         return GenerateOptions(arguments.check_max_tokens(self.duckdb_name, max_tokens))
 
     def task(self, options: GenerateOptions) -> Task:
-        return Task(self, Framing(system=INSTRUCTION), max_tokens=options.max_tokens)
+        return Task(self, Framing(system=INSTRUCTION), max_tokens=options.max_tokens, sampling=options.sampling)
 
     def output_tokens(self, options: GenerateOptions) -> float:
         return float(options.max_tokens)
@@ -81,7 +84,11 @@ class AiGenerate(AIFunction):
         return text
 
     def describe_options(self, options: GenerateOptions) -> str:
-        return f", max_tokens => {options.max_tokens}"
+        sampled = ""
+        if options.sampling:
+            temperature, top_p, seed = options.sampling
+            sampled = f", temperature => {temperature:g}, top_p => {top_p:g}, seed => {seed}"
+        return f", max_tokens => {options.max_tokens}{sampled}"
 
 
 FUNCTION = AiGenerate()

@@ -7,7 +7,7 @@ label list or a token budget is valid in one place exactly when it is valid in t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from sqlglot import exp
@@ -122,12 +122,15 @@ class VendorArguments:
     endpoint: str | None = None
     max_output_tokens: int | None = None
     notes: tuple[str, ...] = ()
+    sampling: dict = field(default_factory=dict)  # temperature / top_p / seed for functions that sample
 
 
-def read_vendor_arguments(spelling: str, named: dict[str, exp.Expression]) -> VendorArguments:
-    """Take BigQuery's named arguments out of `named` (in place)."""
+def read_vendor_arguments(spelling: str, named: dict[str, exp.Expression], samples: bool = False) -> VendorArguments:
+    """Take BigQuery's named arguments out of `named` (in place). `samples`: the function takes
+    temperature / top_p / seed, which `model_params.generation_config` may then give."""
     notes: list[str] = []
     endpoint = max_output_tokens = None
+    sampling: dict[str, exp.Expression] = {}
     for key, meaning in PLUMBING.items():
         if key in named:
             named.pop(key)
@@ -150,11 +153,13 @@ def read_vendor_arguments(spelling: str, named: dict[str, exp.Expression]) -> Ve
                     max_output_tokens = check_max_tokens(spelling, setting_value)
                 elif setting == "temperature" and setting_value in (0, 0.0):
                     pass  # aisql decodes greedily: temperature 0 is what it does
+                elif samples and setting in ("temperature", "top_p", "seed") and isinstance(setting_value, (int, float)) and not isinstance(setting_value, bool):
+                    sampling[setting] = exp.Literal.number(setting_value)
                 elif setting in GENERATION_CONFIG_KEYS:
                     notes.append(f"{spelling}: model_params.generation_config.{setting} ignored (aisql answers deterministically, greedy)")
                 else:
                     notes.append(f"{spelling}: model_params.generation_config.{setting} ignored (unknown setting)")
-    return VendorArguments(endpoint, max_output_tokens, tuple(notes))
+    return VendorArguments(endpoint, max_output_tokens, tuple(notes), sampling)
 
 
 def _json_argument(spelling: str, name: str, node: exp.Expression) -> dict:
@@ -174,3 +179,26 @@ def _json_argument(spelling: str, name: str, node: exp.Expression) -> dict:
     if not isinstance(value, dict):
         raise BindError(f"{spelling}: {name} must be a JSON object")
     return value
+
+
+def read_sampling(spelling: str, named: dict[str, exp.Expression]) -> tuple[float, float, int] | None:
+    """temperature => t, top_p => p, seed => n (named, in place); None for greedy (temperature 0)."""
+    values = {}
+    for key in ("temperature", "top_p", "seed"):
+        node = named.pop(key, None)
+        if node is None:
+            continue
+        value = literal_value(node)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise BindError(f"{spelling}: {key} must be a number, got {node.sql(dialect='duckdb')}")
+        values[key] = value
+    temperature = float(values.get("temperature", 0.0))
+    top_p = float(values.get("top_p", 1.0))
+    seed = values.get("seed", 0)
+    if not 0.0 <= temperature <= 2.0:
+        raise BindError(f"{spelling}: temperature must be between 0 and 2, got {temperature:g}")
+    if not 0.0 < top_p <= 1.0:
+        raise BindError(f"{spelling}: top_p must be in (0, 1], got {top_p:g}")
+    if not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise BindError(f"{spelling}: seed must be an integer from 0 to 2^63-1, got {seed!r}")
+    return None if temperature == 0 else (temperature, top_p, seed)

@@ -65,6 +65,7 @@ class Task:
     labels: tuple[str, ...] = ()
     max_tokens: int | None = None
     grammar: str | None = None  # GENERATE only: decode a literal of this type ('int', 'double', 'bool')
+    sampling: tuple[float, float, int] | None = None  # GENERATE only: (temperature, top_p, seed); None: greedy
 
     @property
     def signature(self) -> str:
@@ -74,6 +75,8 @@ class Task:
             parts += ["framing-v2", framing.suffix, framing.answer_prefix, framing.label_prefix]
         if self.grammar is not None:
             parts += ["grammar", self.grammar]
+        if self.sampling is not None:
+            parts += ["sampling", *map(repr, self.sampling)]
         payload = "\x1f".join(parts)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -92,7 +95,7 @@ class Task:
         return hash(self._key())
 
     def _key(self) -> tuple:
-        return (self.function.name, self.framing, self.labels, self.max_tokens, self.grammar)
+        return (self.function.name, self.framing, self.labels, self.max_tokens, self.grammar, self.sampling)
 
 
 class AIFunction:
@@ -126,7 +129,9 @@ class AIFunction:
         if not positional:
             raise BindError(f"{spelling} needs a prompt argument", hint=f"e.g. {self.signature_hint}")
         prompt = positional.pop(0)
-        vendor = arguments.read_vendor_arguments(spelling, named)
+        vendor = arguments.read_vendor_arguments(spelling, named, samples=self.samples)
+        for key, value in vendor.sampling.items():
+            named.setdefault(key, value)
         if vendor.max_output_tokens is not None:
             if self.takes_max_tokens and "max_tokens" not in named:
                 named["max_tokens"] = exp.Literal.number(vendor.max_output_tokens)
@@ -143,6 +148,8 @@ class AIFunction:
         if named:
             raise BindError(f"{spelling}: unknown argument {next(iter(named))!r}", hint=f"e.g. {self.signature_hint}")
         return prompt, options, hints, vendor
+
+    samples: ClassVar[bool] = False  # accepts temperature / top_p / seed (seeded sampling)
 
     @property
     def takes_max_tokens(self) -> bool:

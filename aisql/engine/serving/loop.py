@@ -30,7 +30,8 @@ from aisql.engine.decode import DecodeRow, decode_pass, greedy_accept, settle
 from aisql.engine.hf import HFEngine
 from aisql.engine.serving.batch import RunningBatch
 from aisql.engine.serving.request import FinishEvent, Prefilling, RequestHandle, Running, ServeRequest, Sink, TokenEvent
-from aisql.engine.serving.sampling import choose_token, seeded_generator, token_logprobs
+from aisql.engine.sampling import seeded_generator
+from aisql.engine.serving.sampling import choose_token, token_logprobs
 from aisql.engine.serving.scheduler import ServingScheduler, StepPlan
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from aisql.engine.sampling import sample_token
 from aisql.engine.serving.request import Running
 
 
@@ -16,16 +17,7 @@ def choose_token(sequence: Running, logits: torch.Tensor) -> tuple[int, float | 
         candidates = torch.full_like(logits, float("-inf"))
         allowed = torch.tensor(request.allowed_token_ids, device=logits.device)
         candidates[allowed] = logits[allowed]
-    if request.temperature == 0:
-        token = int(torch.argmax(candidates))
-    else:
-        probs = torch.softmax(candidates.float() / request.temperature, dim=-1)
-        if request.top_p < 1.0:
-            sorted_probs, order = torch.sort(probs, descending=True)
-            outside = torch.cumsum(sorted_probs, dim=-1) - sorted_probs > request.top_p
-            sorted_probs[outside] = 0
-            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-        token = int(torch.multinomial(probs, 1, generator=sequence.generator))  # same device as probs
+    token = sample_token(candidates, request.temperature, request.top_p, sequence.generator)
     if request.logprobs is None:
         return token, None, None
     logprob, top = token_logprobs(logits, token, request.logprobs)
@@ -39,11 +31,3 @@ def token_logprobs(logits: torch.Tensor, token: int, top: int) -> tuple[float, d
         return chosen, {}
     values, ids = torch.topk(logprobs, min(top, logprobs.shape[-1]))
     return chosen, dict(zip(ids.tolist(), values.tolist()))
-
-
-def seeded_generator(seed: int | None, device: torch.device) -> torch.Generator | None:
-    if seed is None:
-        return None
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed)
-    return generator
