@@ -21,6 +21,7 @@ from dataclasses import asdict, astuple, dataclass, field
 
 from aisql.planner.hardware import Hardware
 from aisql.planner.plan import AINode, NodeRole, Plan, Strategy
+from aisql.planner.rules.stop_at_limit import first_chunk
 from aisql.planner.statistics import InputProfile, ModelProfile, Selectivity, Statistics, TokenProfile
 
 BATCH_TOKENS = 16384  # tokens per planned forward pass (the engine's default budget on CPU)
@@ -189,9 +190,10 @@ def _estimate_node(plan, position, node, stats, hardware, cached_leading) -> Nod
     shared_paid = key in cached_leading
     distinct = shrink(profile, factor)
     if node.stop_after is not None and distinct and distinct[-1] > 0:
-        # LIMIT k with nothing ordering the rows: about k / selectivity prompts are asked.
+        # LIMIT k with nothing ordering the rows: about k / selectivity prompts are asked, and
+        # never fewer than the first chunk the executor asks before it first checks.
         selectivity = max(stats.selectivity(node).value, 1e-3)
-        asked = min(distinct[-1], node.stop_after / selectivity)
+        asked = min(distinct[-1], max(first_chunk(node.stop_after), node.stop_after / selectivity)) if node.stop_after else 0.0
         distinct = [min(d, asked) for d in distinct]
     leading = cached_leading.get(key, 0.0)
     cached_leading[key] = max(leading, distinct[0] if distinct else 0.0)
