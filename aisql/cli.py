@@ -245,6 +245,7 @@ def _apply(options):
 @_apply(_common)
 @_apply(_engine)
 @click.option("-o", "--output", metavar="PATH", help="Write the result (the last statement's that returned rows) to a .csv, .parquet or .json file.")
+@click.option("--output-all", metavar="DIR", help="Write every statement's rows to DIR/statement_<N>.parquet (N: its number in the script).")
 @click.option(
     "--format",
     "fmt",
@@ -268,7 +269,7 @@ def _apply(options):
 @_handle_errors
 def run(
     query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation,
-    output, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
+    output, output_all, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
     cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
@@ -277,6 +278,9 @@ def run(
     text, query_dir = _query_source(query_file, sql)
     if output:  # every path written after the run is checked before it: no paid work is lost
         check_output_path(output)
+    if output_all:
+        Path(output_all).mkdir(parents=True, exist_ok=True)
+        check_text_path(Path(output_all) / "statement_1.parquet", "--output-all")
     if stats_json:
         check_text_path(stats_json, "--stats-json")
     options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype)
@@ -343,6 +347,10 @@ def run(
             print_table(table, Console(highlight=False), max_rows=max_rows)
             if note:
                 click.echo(f"note: {note}")
+    if output_all:
+        metadata = {"aisql_model": result.model.name} if result.model else {}
+        for number, rows in result.results:
+            write_table(rows, Path(output_all) / f"statement_{number}.parquet", metadata)
     if not quiet:
         for line in stats.notes:
             stderr.print(f"[dim]note: {_escape(line)}[/dim]")

@@ -190,3 +190,13 @@ def test_sampling_in_sql_is_seeded_and_reproducible(tiny_engine):
         """SELECT x, AI.GENERATE(PROMPT('Describe {x}'), model_params => JSON '{"generation_config": {"temperature": 0.9, "seed": 7, "max_output_tokens": 8}}').result AS g FROM t"""
     )
     assert from_params.table.to_pylist() == rows and not from_params.stats.notes  # BigQuery's spelling of the same call
+
+
+def test_output_all_writes_every_result(tmp_path):
+    import pyarrow.parquet as pq
+
+    target = tmp_path / "results"
+    done = aisql_cmd("run", "-c", "SELECT 1 AS a; CREATE TABLE x AS SELECT 2 AS b; SELECT * FROM x", "--output-all", str(target), "-q", stdin="")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in target.iterdir()) == ["statement_1.parquet", "statement_3.parquet"]
+    assert pq.read_table(target / "statement_3.parquet").to_pylist() == [{"b": 2}]
