@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Callable
 
 import platformdirs
 
@@ -11,3 +14,26 @@ import platformdirs
 def cache_root() -> Path:
     configured = os.environ.get("AISQL_CACHE_DIR")
     return Path(configured) if configured else Path(platformdirs.user_cache_dir("aisql"))
+
+
+def build_directory_once(target: Path, build: Callable[[Path], None], what: str) -> Path:
+    """Build a directory in the cache (a converted or generated model) as one atomic step: into a
+    staging directory beside `target`, then renamed, so a crash never leaves half a model and
+    concurrent builders agree (the first rename wins; the others' results are identical)."""
+    from aisql.errors import ModelError
+
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    except OSError as err:
+        raise ModelError(f"cannot {what} in {target.parent}: {err.strerror or err}", hint="set AISQL_CACHE_DIR to a writable directory") from None
+    try:
+        build(staging)
+        try:
+            os.replace(staging, target)
+        except OSError:  # another process finished first
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

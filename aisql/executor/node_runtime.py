@@ -55,41 +55,41 @@ class NodeRuntime:
     def prefetch(self, con: duckdb.DuckDBPyConnection) -> None:
         """Evaluate the node's input relation (node.input_sql) as one planned batch."""
         started = time.perf_counter()
-        table = con.sql(self.node.input_sql).to_arrow_table()
-        columns = [table.column(i).to_pylist() for i in range(self.call.arity)]
-        counts = table.column(self.call.arity).to_pylist()
-        prompts = PromptSet.from_rows(self.call.template, zip(zip(*columns), counts))
+        prompts = self._input_prompts(con)
         self.stats.rows_in += prompts.rows_in
         self._answer(prompts)
         self.stats.wall_s += time.perf_counter() - started
 
     def prefetch_until(self, con: duckdb.DuckDBPyConnection, enough: Callable[[], bool], first_chunk: int) -> None:
-        """Evaluate the input in growing chunks (first_chunk, then doubling) in a fixed order (by
-        prompt text), until `enough()` — asked with unasked tuples answering NULL — says the query
-        has its rows. Then the node stays closed: what was not asked is never asked."""
+        """Evaluate the input in growing chunks (first_chunk distinct prompts, then doubling) in a
+        fixed order (by prompt text), until `enough()` — asked with unasked prompts answering
+        NULL — says the query has its rows. Then the node stays closed: what was not asked is
+        never asked."""
         started = time.perf_counter()
-        table = con.sql(self.node.input_sql).to_arrow_table()
-        columns = [table.column(i).to_pylist() for i in range(self.call.arity)]
-        counts = table.column(self.call.arity).to_pylist()
-        rows = list(zip(zip(*columns), counts))
-        render = self.call.template.render
-        rows.sort(key=lambda row: (any(v is None for v in row[0]), "" if any(v is None for v in row[0]) else render(row[0])))
+        prompts = self._input_prompts(con)
+        texts = sorted(prompts.counts)
+        self.stats.rows_in += prompts.rows_in - sum(prompts.counts.values())  # NULL rows: answered without asking
         position, size = 0, max(1, first_chunk)
-        while position < len(rows):
-            chunk = PromptSet.from_rows(self.call.template, rows[position : position + size])
+        while position < len(texts):
+            chunk = prompts.subset(texts[position : position + size])
             position += size
             size *= 2
             self.stats.rows_in += chunk.rows_in
             self._answer(chunk)
-            if position < len(rows):
+            if position < len(texts):
                 self.closed = True
                 if enough():
-                    asked = set(self.seen_texts)
-                    unasked = {render(values) for values, _ in rows[position:] if not any(v is None for v in values)}
-                    self.stats.prompts_skipped += len(unasked - asked)
+                    self.stats.prompts_skipped += len(set(texts[position:]) - self.seen_texts)
                     break
                 self.closed = False
         self.stats.wall_s += time.perf_counter() - started
+
+    def _input_prompts(self, con: duckdb.DuckDBPyConnection) -> PromptSet:
+        """The node's input relation (distinct argument tuples with their row counts) as prompts."""
+        table = con.sql(self.node.input_sql).to_arrow_table()
+        columns = [table.column(i).to_pylist() for i in range(self.call.arity)]
+        counts = table.column(self.call.arity).to_pylist()
+        return PromptSet.from_rows(self.call.template, zip(zip(*columns), counts))
 
     @property
     def engine(self) -> Engine:

@@ -36,3 +36,12 @@ class PromptSet:
             text = self.template.render(values)
             self.text_of[values] = text
         self.counts[text] = self.counts.get(text, 0) + count
+
+    def subset(self, texts) -> "PromptSet":
+        """The prompts among `texts`, with the tuples and rows that render to them."""
+        wanted = set(texts)
+        part = PromptSet(self.template)
+        part.counts = {text: self.counts[text] for text in texts}
+        part.text_of = {values: text for values, text in self.text_of.items() if text in wanted}
+        part.rows_in = sum(part.counts.values())
+        return part

@@ -101,11 +101,10 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
     statements = bind_script(source, request.dialect, request.params)
     check_endpoints(statements, session)
     wants_price = any(v is not None for v in (request.hardware, request.price_per_hour, request.max_cost, request.max_prompts))
-    profile = (
-        calibrated(hardware_profile(request.hardware or session.default_hardware(), request.price_per_hour, cpu_calibration), session)
-        if wants_price
-        else None
-    )
+    profile = None
+    if wants_price:
+        profile = hardware_profile(request.hardware or session.default_hardware(), request.price_per_hour, cpu_calibration)
+        profile = calibrated(profile, _measured_here(profile, session))
     budget = None
     if request.max_prompts is not None or request.max_cost is not None:
         budget = Budget(request.max_prompts, request.max_cost, price_per_hour=profile.price_per_hour if profile else 0.0)
@@ -194,15 +193,16 @@ def _returns_rows(ast) -> bool:
     return not (isinstance(ast, exp.Query) and ast.args.get("into") is not None)
 
 
-def calibrated(profile: Hardware, session: ModelSession, measured: "throughput.Measured | None" = None) -> Hardware:
-    """The profile with this model's measured speed from earlier runs, when there is one (on this
-    machine's own profile only: a GPU profile is not priced from CPU runs)."""
-    if profile.name != session.default_hardware():
-        return profile
-    measured = measured or throughput.lookup(session.fingerprint())
+def calibrated(profile: Hardware, measured: "throughput.Measured | None") -> Hardware:
+    """The profile with this model's measured speed from earlier runs, when there is one."""
     if measured is None or measured.planned_tokens_per_s is None:
         return profile
     return dataclasses.replace(profile, planned_tokens_per_s=measured.planned_tokens_per_s, naive_tokens_per_s=measured.naive_tokens_per_s)
+
+
+def _measured_here(profile: Hardware, session: ModelSession) -> "throughput.Measured | None":
+    """Runs measured this machine: they price its own profile only, never a GPU profile."""
+    return throughput.lookup(session.fingerprint()) if profile.name == session.default_hardware() else None
 
 
 def _remember_throughput(session: ModelSession, nodes, mode: str) -> None:
@@ -260,8 +260,8 @@ def explain_script(
     sampler = SampleEvaluator(lambda: session.engine, session.store, session.fingerprint) if sample else None
     stats = MeasuredStatistics(con, session.facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0)
     profile = hardware_profile(hardware, price_per_hour, cpu_calibration)
-    measured = throughput.lookup(session.fingerprint()) if hardware == session.default_hardware() else None
-    profile = calibrated(profile, session, measured)
+    measured = _measured_here(profile, session)
+    profile = calibrated(profile, measured)
     plans = [plan_statement(bound, PlanningContext(stats)) for bound in statements]
     has_ai = any(p.nodes for p in plans)
     estimates = [estimate_plan(p, stats, profile) if p.nodes else None for p in plans]
