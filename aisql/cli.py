@@ -90,6 +90,7 @@ def _connect(
     engine_options=None,
     cache: bool | str = False,
     read_only: bool = False,
+    embed_model: str | None = None,
 ):
     from aisql.api import Connection
     from aisql.engine.loader import EngineOptions
@@ -102,6 +103,7 @@ def _connect(
         model=model,
         engine_options=engine_options or EngineOptions(),
         cache=cache,
+        embed_model=embed_model,
         warn=lambda message: stderr.print(f"[yellow]{_escape(message)}[/yellow]"),
     )
     search = [Path.cwd()] + ([query_dir] if query_dir else [])
@@ -192,6 +194,9 @@ _engine = [
 ]
 
 
+_embed_model = click.option("--embed-model", metavar="SPEC", help="Embedding model of AI.EMBED / AI.SIMILARITY: a sentence-transformers directory or Hugging Face id (default: $AISQL_EMBED_MODEL, then all-MiniLM-L6-v2).")
+
+
 def _engine_options(device: str, kv_budget: str | None, quantize: str | None, no_prefix_cache: bool, no_speculation: bool, dtype: str = "auto"):
     from aisql.engine.loader import EngineOptions
     from aisql.engine.numerics import check_device
@@ -266,11 +271,12 @@ def _apply(options):
 @click.option("--max-cost", type=click.FloatRange(min=0), metavar="USD", help="Stop before model time would cost more than USD (at --hardware's price).")
 @click.option("--on-overflow", type=click.Choice(["error", "truncate"]), default="error", show_default=True, help="A prompt longer than the model's context: fail, or cut its text.")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts (or 10 s).")
+@_embed_model
 @_handle_errors
 def run(
     query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation,
     output, output_all, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
-    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every,
+    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, embed_model,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
     from aisql.output import check_output_path, check_text_path, print_csv, print_json, print_json_line, print_table, write_table, write_text_atomically
@@ -287,7 +293,7 @@ def run(
     if cache_path and no_cache:
         raise AisqlError("give either --cache PATH or --no-cache, not both")
     cache = False if no_cache else (cache_path or True)
-    con = _connect(db, tables, query_dir, model=model, engine_options=options, cache=cache, read_only=_read_only(db, read_only, text, dialect))
+    con = _connect(db, tables, query_dir, model=model, engine_options=options, cache=cache, read_only=_read_only(db, read_only, text, dialect), embed_model=embed_model)
     progress = None
     if stderr.is_terminal and not quiet:
         from aisql.progress_bar import RichProgress
@@ -371,8 +377,9 @@ def run(
 @click.option("--hardware", type=click.Choice(["cpu", "h100", "h200"]), default="cpu", show_default=True, help="Roofline profile for time and money (cpu is measured here).")
 @click.option("--price-per-hour", type=click.FloatRange(min=0), metavar="USD", help="Override the hardware profile's price.")
 @click.option("--sample", type=int, default=0, show_default=True, metavar="N", help="Measure each AI predicate's selectivity on N prompts (runs the model).")
+@_embed_model
 @_handle_errors
-def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt, model, hardware, price_per_hour, sample):
+def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt, model, hardware, price_per_hour, sample, embed_model):
     """Show the plan of QUERY_FILE (or -e SQL) with its estimated cost against naive execution.
 
     Runs no model unless --sample is given."""
@@ -381,7 +388,7 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
     if sample < 0:
         raise AisqlError("--sample must be 0 or more")
     text, query_dir = _query_source(query_file, sql)
-    con = _connect(db, tables, query_dir, model=model, cache=bool(sample), read_only=_read_only(db, read_only, text, dialect))  # sampled answers are kept
+    con = _connect(db, tables, query_dir, model=model, cache=bool(sample), read_only=_read_only(db, read_only, text, dialect), embed_model=embed_model)  # sampled answers are kept
     try:
         explanation = con.explain(text, hardware=hardware, price_per_hour=price_per_hour, sample=sample, dialect=dialect, params=_parameters(params))
     finally:
@@ -402,15 +409,16 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
 @click.option("--max-rows", default=50, show_default=True, help="Rows to show with --format table.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@_embed_model
 @_handle_errors
-def shell(db, read_only, tables, dialect, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation, fmt, max_rows, no_cache, debug):
+def shell(db, read_only, tables, dialect, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation, fmt, max_rows, no_cache, debug, embed_model):
     """An interactive session, as `duckdb` with no arguments: statements end at `;`, each runs
     when complete; the model loads once. Piped input runs as a script (exit 1 if a statement failed)."""
     from aisql.output import print_csv, print_json_line, print_table
     from aisql.shell import run_shell
 
     options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype)
-    con = _connect(db, tables, None, model=model, engine_options=options, cache=not no_cache, read_only=read_only)
+    con = _connect(db, tables, None, model=model, engine_options=options, cache=not no_cache, read_only=read_only, embed_model=embed_model)
 
     def run_one(statement: str) -> None:
         result = con.run(statement, dialect=dialect)
@@ -509,11 +517,13 @@ def _summary(result, output: str | None) -> None:
     if result.model:
         if result.model.device:
             where = f"on {result.model.device}"
-        elif result.stats.totals()["prompts_total"]:
+        elif any(n.prompts_total for n in result.stats.nodes if n.model_kind == "llm"):
             where = "(not loaded: all answers cached)"
         else:
             where = "(not loaded: no prompt to answer)"
         parts.append(f"model {result.model.name} {where}")
+    if result.stats.embed_model:
+        parts.append(f"embed model {result.stats.embed_model}")
     stderr.print("[dim]" + _escape(" · ".join(parts)) + "[/dim]")
 
 

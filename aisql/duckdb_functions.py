@@ -57,7 +57,9 @@ class DuckDBFunctions:
         self.session = session
         self.options = options
         self.stats: dict[str, NodeStats] = {
-            f.duckdb_name: NodeStats(node=f.duckdb_name, function=f.duckdb_name, strategy="vector") for f in registry.FUNCTIONS
+            f.duckdb_name: NodeStats(node=f.duckdb_name, function=f.duckdb_name, strategy="vector")
+            for f in registry.FUNCTIONS
+            if f.duckdb_name is not None
         }
         self._seen: dict[str, set[str]] = {}  # per task store key: texts asked before
         self._templates: dict[str, Template] = {}
@@ -211,6 +213,8 @@ def _database_token(con: duckdb.DuckDBPyConnection) -> str | None:
 def _define_functions(con: duckdb.DuckDBPyConnection, token: str) -> None:
     varchar = duckdb.sqltype("VARCHAR")
     for function in registry.FUNCTIONS:
+        if function.duckdb_name is None:
+            continue  # not offered on a user's connection (see the function's module)
         # Parameters up to the first with a default are typed; the rest are optional (varargs),
         # checked by the function's own rules.
         fixed = []

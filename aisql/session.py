@@ -43,8 +43,10 @@ class ModelSession:
         cache: bool | str | os.PathLike = True,
         store: AnswerStore | None = None,
         warn: Callable[[str], None] | None = None,
+        embed_model: str | None = None,
     ) -> None:
-        """`cache`: True keeps answers in the default result cache (aisql.executor.cache), a path
+        """`embed_model`: the embedding model of AI.EMBED / AI.SIMILARITY (aisql.engine.embedding).
+        `cache`: True keeps answers in the default result cache (aisql.executor.cache), a path
         keeps them there, False only for this session's life. `store` overrides it."""
         self.model_spec = model
         self.engine_options = engine_options
@@ -58,6 +60,9 @@ class ModelSession:
         self._facts: ModelFacts | None = None
         self._fingerprint: str | None = None
         self.load_s: float | None = None  # how long this session's model took to load (None: not loaded here)
+        self.embed_model_spec = embed_model
+        self._embedding_ref = None
+        self._embedder = None
 
     @classmethod
     def from_options(cls, model: str | None = None, **options) -> ModelSession:
@@ -135,6 +140,24 @@ class ModelSession:
             else:
                 self._fingerprint = self.resolved_model.fingerprint(self.engine_options)
         return self._fingerprint
+
+    # ---- the embedding model: resolved from files, loaded on first need ---------------------
+    def embedding_model(self):
+        """The embedding model this session means (directory, vector size, fingerprint): no torch."""
+        if self._embedding_ref is None:
+            from aisql.engine.embedding import resolve_embed_model
+
+            self._embedding_ref = resolve_embed_model(self.embed_model_spec)
+        return self._embedding_ref
+
+    def embedder(self):
+        """The loaded embedding model (sentence-transformers), loaded once per session."""
+        with self.lock:
+            if self._embedder is None:
+                from aisql.engine.embedding import load_embedder
+
+                self._embedder = load_embedder(self.embedding_model())
+            return self._embedder
 
     def model_used(self) -> ModelUsed:
         if self._engine is not None:

@@ -47,14 +47,14 @@ def with_arity(fn: Callable, arity: int) -> Callable:
 def register(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime, naive: bool, errors: UdfErrors) -> None:
     call = runtime.call
     params = [duckdb.sqltype("VARCHAR")] * call.arity
-    returns = duckdb.sqltype(call.function.sql_type)
+    sql_type, arrow_type = runtime.result_type()
+    returns = duckdb.sqltype(sql_type)
     if naive:
         fn = errors.guard(lambda *values: runtime.naive_row(values), call.arity)
         # null_handling special: an answer may be NULL (a typed literal cut short); NULL
         # arguments answer NULL without asking the model (runtime.naive_row).
         con.create_function(call.function_name, fn, params, returns, type="native", side_effects=True, null_handling="special")
         return
-    arrow_type = call.function.arrow_type
 
     def lookup(*arrays):
         columns = [array.to_pylist() for array in arrays]
@@ -71,14 +71,14 @@ def unregister(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime) -> None:
     remove(con, runtime.call.function_name)
 
 
-def register_placeholder(con: duckdb.DuckDBPyConnection, call, errors: UdfErrors) -> None:
+def register_placeholder(con: duckdb.DuckDBPyConnection, call, errors: UdfErrors, sql_type: str) -> None:
     """A function with the call's signature that must never run (for binding checks)."""
 
     def never(*args):
         raise RuntimeError(f"{call.function_name} was called while only binding the statement")
 
     params = [duckdb.sqltype("VARCHAR")] * call.arity
-    con.create_function(call.function_name, errors.guard(never, call.arity), params, duckdb.sqltype(call.function.sql_type), type="native", side_effects=True)
+    con.create_function(call.function_name, errors.guard(never, call.arity), params, duckdb.sqltype(sql_type), type="native", side_effects=True)
 
 
 def remove(con: duckdb.DuckDBPyConnection, function_name: str) -> None:

@@ -17,7 +17,7 @@ import duckdb
 from aisql.engine.base import ModelFacts
 from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN, AINode
 from aisql.planner.rules.choose_anchor import argument_tables
-from aisql.planner.statistics import DEFAULT_SELECTIVITY, InputProfile, Selectivity, TokenProfile
+from aisql.planner.statistics import DEFAULT_SELECTIVITY, InputProfile, Selectivity, TextsProfile, TokenProfile
 
 TOKEN_SAMPLE = 48
 SELECTIVITY_SAMPLE = 32
@@ -34,6 +34,7 @@ class MeasuredStatistics:
         sampler: Sampler | None = None,
         sample_size: int = SELECTIVITY_SAMPLE,
         min_sampling_ratio: float = 4.0,
+        embedding_model: Callable[[], object] | None = None,
     ) -> None:
         """`facts` gives the model's tokenizer and shape when first needed (None: counts only)."""
         self.con = con
@@ -49,6 +50,8 @@ class MeasuredStatistics:
         self._tokens: dict[str, TokenProfile | None] = {}
         self._selectivity: dict[str, Selectivity] = {}
         self._distinct: dict[tuple, int | None] = {}
+        self._embedding_model = embedding_model  # () -> EmbeddingModelRef (its tokenizer counts tokens)
+        self._texts: dict[str, TextsProfile | None] = {}
 
     @property
     def facts(self) -> ModelFacts | None:
@@ -97,6 +100,51 @@ class MeasuredStatistics:
             self._why_unknown[node.id] = f"its input cannot be counted without running the script ({str(err).splitlines()[0]})"
             return None
         return InputProfile(int(rows_in), int(total), tuple(int(d) for d in distinct), frozenset(self._tables(node)))
+
+    def texts_profile(self, node: AINode) -> TextsProfile | None:
+        if node.id not in self._texts:
+            self._texts[node.id] = self._count_texts(node)
+        return self._texts[node.id]
+
+    def _count_texts(self, node: AINode) -> TextsProfile | None:
+        profile = self.input_profile(node)
+        if profile is None:
+            return None
+        source = f"({node.estimate_sql}) AS __aisql_counted"
+        names = [f"{ARG_PREFIX}{i}" for i in range(node.call.arity)]
+        not_null = " AND ".join(f"{n} IS NOT NULL" for n in names)
+        if node.call.function.contents:  # each argument is a text of its own
+            texts = " UNION ALL ".join(f"SELECT {n} AS v FROM {source} WHERE {not_null}" for n in names)
+            total = profile.prompts_total * len(names)
+        else:  # the rendered prompt is the text
+            texts = f"SELECT concat({', '.join(names)}) AS v FROM {source} WHERE {not_null}"
+            total = profile.prompts_total
+        try:
+            unique = self.con.execute(f"SELECT count(DISTINCT v) FROM ({texts})").fetchall()[0][0]
+            sample = [r[0] for r in self.con.execute(f"SELECT DISTINCT v FROM ({texts}) ORDER BY hash(v) LIMIT {TOKEN_SAMPLE}").fetchall()]
+        except duckdb.Error:
+            return None
+        return TextsProfile(int(total), int(unique), self._embedding_tokens(sample))
+
+    def _embedding_tokens(self, sample: list[str]) -> float:
+        """Mean tokens per text with the embedding model's own tokenizer (tokenizer.json, no
+        torch); about 4 characters a token where it has none."""
+        if not sample:
+            return 0.0
+        ref = None
+        try:
+            ref = self._embedding_model() if self._embedding_model else None
+        except Exception:  # noqa: BLE001 - no embedding model installed: explain still estimates
+            ref = None
+        path = getattr(ref, "directory", None)
+        if path is not None and (path / "tokenizer.json").exists():
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+            tokenizer.no_padding()
+            tokenizer.no_truncation()
+            return sum(len(e.ids) for e in tokenizer.encode_batch(sample)) / len(sample)
+        return sum(len(t) for t in sample) / len(sample) / 4.0
 
     def distinct(self, node: AINode, tables: frozenset[str]) -> int | None:
         key = (node.id, tables)

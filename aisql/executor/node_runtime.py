@@ -51,6 +51,10 @@ class NodeRuntime:
         self.closed = False
         self.stats = NodeStats(node=node.id, function=node.call.describe(), strategy=node.strategy.value)
 
+    def result_type(self) -> tuple[str, object]:
+        """(DuckDB type, Arrow type) of the node's answers."""
+        return self.call.function.result_type(self.call.options)
+
     # ---- planned --------------------------------------------------------------------------
     def prefetch(self, con: duckdb.DuckDBPyConnection) -> None:
         """Evaluate the node's input relation (node.input_sql) as one planned batch."""

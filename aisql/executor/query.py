@@ -123,6 +123,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         naive=request.naive,
         model_fingerprint=session.fingerprint,
         options=options,
+        embeddings=session,
     )
     samples = None
     if not request.naive:
@@ -149,7 +150,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         executor.check(bound, source)
         stats = None
         if bound.has_ai and not request.naive:
-            stats = MeasuredStatistics(con, session.facts, sampler=samples)
+            stats = MeasuredStatistics(con, session.facts, sampler=samples, embedding_model=session.embedding_model)
         where = "the query" if len(statements) == 1 else f"statement {number}"
         if budget is not None and stats is not None:
             # First against an estimate that runs no model (not even selectivity samples),
@@ -165,9 +166,10 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
             table = result.table
             if _returns_rows(bound.statement.ast):
                 results.append((number, table))
+    llm_nodes = [n for n in nodes if n.model_kind == "llm"]
     used = session.model_used() if nodes else None
     if used is not None and used.device is not None:
-        _remember_throughput(session, nodes, "naive" if request.naive else "planned")
+        _remember_throughput(session, llm_nodes, "naive" if request.naive else "planned")
     stats = RunStats(
         model=used.name if used else session.model_name(),
         model_note=used.note if used else None,
@@ -177,6 +179,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         hardware=profile.name if profile else None,
         price_per_hour=profile.price_per_hour if profile else None,
         notes=call_notes(statements),
+        embed_model=session.embedding_model().name if len(llm_nodes) < len(nodes) else None,
     )
     if results:
         table = results[-1][1]  # the last query's rows, not a later CREATE's row count
@@ -258,7 +261,7 @@ def explain_script(
     statements = bind_script(source, dialect, params)
     check_endpoints(statements, session)
     sampler = SampleEvaluator(lambda: session.engine, session.store, session.fingerprint) if sample else None
-    stats = MeasuredStatistics(con, session.facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0)
+    stats = MeasuredStatistics(con, session.facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0, embedding_model=session.embedding_model)
     profile = hardware_profile(hardware, price_per_hour, cpu_calibration)
     measured = _measured_here(profile, session)
     profile = calibrated(profile, measured)

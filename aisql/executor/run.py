@@ -19,7 +19,10 @@ from sqlglot import exp
 from aisql.engine.base import Engine
 from aisql.executor import bound_calls
 from aisql.executor.answers import AnswerStore
+from aisql.errors import AisqlError
 from aisql.executor.duckdb_errors import translate
+from aisql.executor.embedding_runtime import EmbeddingRuntime, EmbeddingSource
+from aisql.functions import Request
 from aisql.executor.node_runtime import NodeRuntime, RunOptions
 from aisql.executor.run_stats import NodeStats
 from aisql.planner.plan import Plan, Strategy
@@ -45,6 +48,7 @@ class Executor:
         model_fingerprint: Callable[[], str] = lambda: "",
         options: RunOptions | None = None,
         lock: threading.RLock | None = None,
+        embeddings: EmbeddingSource | None = None,
     ) -> None:
         """`engine` is called when a prompt first needs the model (so bad SQL fails before
         loading it); `model_fingerprint` names the model in the answer store without loading it."""
@@ -55,6 +59,7 @@ class Executor:
         self.model_fingerprint = model_fingerprint
         self.options = options or RunOptions()
         self.lock = lock or threading.RLock()  # one engine call at a time
+        self.embeddings = embeddings  # the embedding model of AI.EMBED / AI.SIMILARITY
 
     def check(self, bound: BoundStatement, source: SourceText) -> None:
         """Bind the statement in DuckDB before any model work (sampling included): the AI calls
@@ -63,7 +68,7 @@ class Executor:
             return
         errors = bound_calls.UdfErrors()
         for call in bound.calls:
-            bound_calls.register_placeholder(self.con, call, errors)
+            bound_calls.register_placeholder(self.con, call, errors, self._result_type(call)[0])
         try:
             self._duckdb(lambda: _bind_check(self.con, bound.ast), bound, source, errors)
         finally:
@@ -74,7 +79,7 @@ class Executor:
         if plan.is_relational_only:
             return StatementResult(self._duckdb(lambda: _fetch(self.con.sql(plan.final_sql)), bound, source), [])
         errors = bound_calls.UdfErrors()
-        runtimes = [NodeRuntime(node, self.engine, self.store, self.lock, self.model_fingerprint, self.options) for node in plan.nodes]
+        runtimes = [self._runtime(node) for node in plan.nodes]
         for runtime in runtimes:
             bound_calls.register(self.con, runtime, self.naive, errors)
         try:
@@ -96,6 +101,23 @@ class Executor:
                 runtime.stats.prompts_sampled += samples.prompts[runtime.node.id]
                 runtime.stats.add_engine(samples.work[runtime.node.id])
         return StatementResult(table, [r.stats for r in runtimes])
+
+    def _runtime(self, node) -> NodeRuntime:
+        if node.call.function.request is Request.EMBED:
+            return EmbeddingRuntime(node, self._embedding_source(), self.store, self.lock, self.options)
+        return NodeRuntime(node, self.engine, self.store, self.lock, self.model_fingerprint, self.options)
+
+    def _embedding_source(self) -> EmbeddingSource:
+        if self.embeddings is None:
+            raise AisqlError("AI.EMBED / AI.SIMILARITY need an embedding model, and this run has none")
+        return self.embeddings
+
+    def _result_type(self, call) -> tuple[str, object]:
+        """A call's result type; AI.EMBED's vector size is the embedding model's (read from its
+        files, nothing loaded)."""
+        if call.function.request is Request.EMBED and not call.function.contents:
+            return call.function.result_type(call.options, self._embedding_source().embedding_model().dimension)
+        return call.function.result_type(call.options)
 
     def _prefetch(self, runtime: NodeRuntime, bound: BoundStatement, source: SourceText, errors: bound_calls.UdfErrors) -> None:
         """Evaluate a node's input up front; if DuckDB cannot bind the derived input (the final

@@ -40,6 +40,7 @@ class NodeStats:
     flops: float = 0.0
     peak_kv_bytes: int = 0
     wall_s: float = 0.0
+    model_kind: str = "llm"  # "embedding": answered by the embedding model (AI.EMBED, AI.SIMILARITY)
 
     def add_engine(self, delta: EngineStats) -> None:
         for name in _FROM_ENGINE:
@@ -90,9 +91,12 @@ class RunStats:
     hardware: str | None = None  # the profile whose price the run is costed at
     price_per_hour: float | None = None
     notes: list[str] = field(default_factory=list)  # vendor arguments accepted and ignored
+    embed_model: str | None = None  # the embedding model, when an AI.EMBED / AI.SIMILARITY ran
 
     def to_dict(self) -> dict:
         data = {"model": self.model, "model_note": self.model_note, "mode": self.mode}
+        if self.embed_model:
+            data["embed_model"] = self.embed_model
         data.update(self.totals())
         data["peak_kv_bytes"] = max((n.peak_kv_bytes for n in self.nodes), default=0)
         drafts = data["draft_tokens"]

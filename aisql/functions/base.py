@@ -35,6 +35,8 @@ class Request(enum.Enum):
 
     SCORE = "score"  # label continuations scored in one forward pass (ScoreRequest)
     GENERATE = "generate"  # greedy decoding (GenerateRequest)
+    EMBED = "embed"  # one vector per text from the embedding model (aisql.engine.embedding)
+    AGGREGATE = "aggregate"  # a group's values reduced by map-reduce over GENERATE prompts
 
 
 @dataclass(frozen=True)
@@ -107,9 +109,13 @@ class AIFunction:
     sql_type: ClassVar[str]  # DuckDB type of the result
     request: ClassVar[Request]
     is_predicate: ClassVar[bool] = False  # a TRUE answer keeps a row (in WHERE / JOIN ON it filters)
-    duckdb_name: ClassVar[str]  # the function aisql.register defines, e.g. "ai_if"
     duckdb_parameters: ClassVar[tuple[DuckDBParameter, ...]] = ()  # after `prompt VARCHAR`
     signature_hint: ClassVar[str]  # how to call it, for error messages
+    # 0: the first argument is a prompt (PROMPT template, parts tuple or expression); n: the
+    # function compares n contents, each its own value (AI.SIMILARITY), returned as a Tuple.
+    contents: ClassVar[int] = 0
+    # The DuckDB function of `aisql.register`; None: not offered there (documented why).
+    duckdb_name: ClassVar[str | None]
 
     # ---- arguments ---------------------------------------------------------------------------
     def bind_arguments(
@@ -190,6 +196,11 @@ class AIFunction:
         import pyarrow as pa
 
         return {"BOOLEAN": pa.bool_(), "VARCHAR": pa.string(), "DOUBLE": pa.float64(), "BIGINT": pa.int64()}[self.sql_type]
+
+    def result_type(self, options: Options, dimension: int | None = None) -> tuple[str, "object"]:
+        """(DuckDB type, Arrow type) of one call's result: the function's own, unless its options
+        or the embedding model's vector size (`dimension`) shape it (a STRUCT, a FLOAT[n])."""
+        return self.sql_type, self.arrow_type
 
     def __repr__(self) -> str:
         return f"<AI function {self.name}>"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, astuple, dataclass, field
 
+from aisql.functions import Request
 from aisql.planner.hardware import Hardware
 from aisql.planner.plan import AINode, NodeRole, Plan, Strategy
 from aisql.planner.rules.stop_at_limit import first_chunk
@@ -172,7 +173,43 @@ def estimate_plan(plan: Plan, stats: Statistics, hardware: Hardware) -> PlanEsti
     return estimate
 
 
+# all-MiniLM-L6-v2 (the default embedding model): parameters a token runs through (6 layers of
+# 4*384^2 attention + 2*384*1536 MLP weights; the embedding table is a lookup).
+EMBED_PARAMETERS = 10.6e6
+
+
+def _estimate_embedding(node: AINode, stats: Statistics, hardware: Hardware) -> NodeEstimate:
+    """An embedding node embeds each distinct text once (naive: every row's texts, one by one)."""
+    texts = stats.texts_profile(node)
+    if texts is None:
+        why = getattr(stats, "why_unknown", lambda _: None)(node)
+        return NodeEstimate(node.id, "unknown", why or node.note or "its input depends on other AI answers")
+    profile = stats.input_profile(node)
+
+    def side(count: float) -> Side:
+        tokens = count * texts.tokens_per_text
+        flops = 2.0 * EMBED_PARAMETERS * tokens
+        time_s = flops / (hardware.peak_flops * hardware.efficiency)  # a lower bound, like the LLM's roofline
+        return Side(count, tokens, flops, time_s, time_s * hardware.price_per_hour / 3600)
+
+    return NodeEstimate(
+        node=node.id,
+        quality="estimate",
+        reason=f"embedding model: {texts.unique:,} distinct texts embedded once each"
+        + (f"; the similarity of {profile.prompts_total:,} pairs is a vectorised product" if node.call.function.contents else ""),
+        rows_in=profile.rows_in if profile else None,
+        prompts_total=texts.total,
+        prompts_unique=texts.unique,
+        tokens_per_prompt=texts.tokens_per_text,
+        computed_without_prefix_cache=texts.unique * texts.tokens_per_text,
+        plan=side(texts.unique),
+        naive=side(texts.total),
+    )
+
+
 def _estimate_node(plan, position, node, stats, hardware, cached_leading) -> NodeEstimate:
+    if node.call.function.request is Request.EMBED:
+        return _estimate_embedding(node, stats, hardware)
     profile = stats.input_profile(node)
     tokens = stats.token_profile(node)
     if profile is None:

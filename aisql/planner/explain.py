@@ -176,6 +176,8 @@ def plans_tree(plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], 
                     f"prompts unique: {mark}{est.prompts_unique:,.0f}"
                 )
                 branch.add(_cost_line(est.naive, est.plan, calibrated))
+                if est.reason:
+                    branch.add(f"[dim]{est.reason}[/dim]")
                 if est.selectivity is not None or est.input_factor != 1.0:
                     sel = f"selectivity {est.selectivity.value:.2f} ({est.selectivity.source})" if est.selectivity else ""
                     share = f"input {est.input_factor:.0%} of its AI-free rows" if est.input_factor != 1.0 else ""

@@ -62,6 +62,16 @@ class TokenProfile:
 
 
 @dataclass(frozen=True)
+class TextsProfile:
+    """The texts an embedding node (AI.EMBED, AI.SIMILARITY) embeds: every row's contents
+    (`total`, what naive execution embeds) and the distinct ones (what a planned run embeds)."""
+
+    total: int
+    unique: int
+    tokens_per_text: float  # the embedding model's tokenizer, on a sample
+
+
+@dataclass(frozen=True)
 class Selectivity:
     value: float  # fraction of input rows for which an AI predicate is TRUE
     source: str  # "hint" | "sample" | "default"
@@ -79,6 +89,9 @@ class Statistics(Protocol):
 
     def selectivity(self, node: AINode) -> Selectivity:
         """From the node's hint, else measured on a sample if allowed, else DEFAULT_SELECTIVITY."""
+
+    def texts_profile(self, node: AINode) -> TextsProfile | None:
+        """The texts an embedding node embeds, or None if they cannot be counted."""
 
     def distinct(self, node: AINode, tables: frozenset[str]) -> int | None:
         """Distinct values of the node's arguments that read only `tables` (for join fan-out)."""

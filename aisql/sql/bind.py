@@ -122,7 +122,9 @@ def _output_names(ast: exp.Expression, call_nodes: set[int]) -> list[tuple[exp.S
 def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceText, scopes: QueryScopes) -> AICall:
     prompt, options, hints, vendor = raw.function.bind_arguments(raw.spelling, raw.positional, raw.named)
     line, col = source.position_of(raw.node)
-    if is_prompt_call(prompt):
+    if raw.function.contents:
+        template, args, positions = _bind_contents(raw.spelling, prompt, source)
+    elif is_prompt_call(prompt):
         template, args, positions = _bind_prompt(prompt, source, scopes)
     elif isinstance(prompt, exp.Tuple):
         template, args, positions = _bind_prompt_parts(raw.spelling, prompt, source)
@@ -154,6 +156,19 @@ def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceT
         endpoint=vendor.endpoint,
         notes=vendor.notes,
     )
+
+
+def _bind_contents(spelling: str, contents: exp.Tuple, source: SourceText):
+    """The contents a function compares (AI.SIMILARITY's two): each its own value, any text
+    expression; no PROMPT templates (each content is embedded as it is)."""
+    for item in contents.expressions:
+        line, col = source.position_of(item)
+        if is_prompt_call(item) or any(is_prompt_call(n) for n in item.walk()):
+            raise BindError(f"{spelling}: PROMPT(...) is not a content; pass the text itself", line=line, col=col)
+        if (isinstance(item, exp.Literal) and not item.is_string) or isinstance(item, (exp.Array, exp.Struct, exp.Boolean, exp.Tuple)):
+            raise BindError(f"{spelling}: a content must be text, got {item.sql(dialect='duckdb')}", line=line, col=col)
+    args = tuple(contents.expressions)
+    return from_parts([None] * len(args)), args, tuple(source.position_of(a) for a in args)
 
 
 def _bind_prompt_parts(spelling: str, prompt: exp.Tuple, source: SourceText):

@@ -45,6 +45,9 @@ class AICall:
 
     def describe(self) -> str:
         """One line for plans and messages, e.g. `AI.IF(PROMPT('{c.profile} might buy ...'))`."""
+        if self.function.contents:
+            shown = ", ".join(arg.sql(dialect="duckdb") for arg in self.args)
+            return f"{self.spelling}({shown})"
         text = self.template.text
         if len(text) > 60:
             text = text[:57] + "..."
