@@ -24,7 +24,7 @@ from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
 from aisql.engine.radix import RadixCache
 from aisql.engine.scheduler import Scheduler, Work
 from aisql.engine import flat as flat_attention
-from aisql.engine.constrained import DEAD_END, constraint_for
+from aisql.engine.json_constraint import DEAD_END, row_constraint
 from aisql.engine.decode import DecodeRow, decode_pass, greedy_accept, settle
 from aisql.engine.sampling import sample_token, seeded_generator
 from aisql.engine.flat import FlatOutput, Segment
@@ -242,18 +242,18 @@ class HFEngine(EncodesPrompts):
         last = out.hidden[rows, torch.tensor(out.lengths, device=self.device) - 1]
         first_logits = self.runner.logits(last)
         next_tokens = torch.argmax(first_logits, dim=-1).tolist()
-        # Typed generation: the most likely token that keeps the output a literal of the type.
-        constraints = [constraint_for(r.grammar, self.tokenizer, self.stop_ids) if r.grammar else None for r in requests]
-        texts = [""] * len(batch)
+        # Constrained rows (typed literals, JSON schemas): the most likely token that keeps the
+        # output valid, and a closing that fits the budget (aisql.engine.json_constraint).
+        constraints = [row_constraint(r.grammar, self.tokenizer, tuple(self.stop_ids)) if r.grammar else None for r in requests]
         # Sampled rows (temperature > 0): each from its own seeded generator, never with drafts.
         generators = [seeded_generator(r.seed if r.seed is not None else 0, self.device) if r.temperature > 0 else None for r in requests]
         for b, request in enumerate(requests):
             if generators[b] is not None:
                 next_tokens[b] = sample_token(first_logits[b], request.temperature, request.top_p, generators[b])
+        first_pending: dict[int, list[int]] = {}
         for b, constraint in enumerate(constraints):
             if constraint is not None:
-                choice = constraint.choose(first_logits[b], "")
-                next_tokens[b] = DEAD_END if choice is None else choice
+                first_pending[b] = constraint.next(first_logits[b], requests[b].max_tokens)
 
         drafting = speculative and self.speculation is not None
         outputs: list[list[int]] = [[] for _ in batch]
@@ -262,7 +262,7 @@ class HFEngine(EncodesPrompts):
         indexes = [self.drafter(list(r.prompt_ids)) for r in requests] if drafting else None
         decode_rows = [DecodeRow(-1, out.prefix_lengths[b] + out.lengths[b]) for b in range(len(batch))]
         active = list(range(len(batch)))
-        pending = {b: [next_tokens[b]] for b in active}  # model-chosen tokens not yet emitted
+        pending = {b: first_pending.get(b, [next_tokens[b]]) for b in active}  # chosen tokens not yet emitted
 
         while True:
             # Emit the model's tokens, stopping rows at an end token or at max_tokens.
@@ -274,8 +274,6 @@ class HFEngine(EncodesPrompts):
                         finish[b] = "stop"
                         break
                     outputs[b].append(token)
-                    if constraints[b] is not None:
-                        texts[b] += constraints[b].piece(token)
                     if len(outputs[b]) >= requests[b].max_tokens:
                         finish[b] = "length"
                         break
@@ -293,7 +291,7 @@ class HFEngine(EncodesPrompts):
             active = still
             for b in active:
                 limit = requests[b].max_tokens - len(outputs[b]) - 1
-                decode_rows[b].draft = indexes[b].propose(limit) if indexes and constraints[b] is None and generators[b] is None else []
+                decode_rows[b].draft = indexes[b].propose(limit) if indexes and generators[b] is None else []
             step_rows = [decode_rows[b] for b in active]
             step = decode_pass(self.runner, cache, mask, step_rows)
             accepted = []
@@ -303,12 +301,11 @@ class HFEngine(EncodesPrompts):
                     accepted.append(0)
                     pending[b] = [sample_token(step.logits[row, 0], request.temperature, request.top_p, generators[b])]
                     continue
-                if constraints[b] is not None:
-                    choice = constraints[b].choose(step.logits[row, 0], texts[b])
-                    accepted.append(0)
-                    pending[b] = [DEAD_END if choice is None else choice]
-                    continue
-                pending[b], kept = greedy_accept(decode_rows[b].draft, step.logits[row])
+                if constraints[b] is not None:  # drafts verified under the constraint: lossless
+                    remaining = requests[b].max_tokens - len(outputs[b])
+                    pending[b], kept = constraints[b].verify(decode_rows[b].draft, step.logits[row], remaining)
+                else:
+                    pending[b], kept = greedy_accept(decode_rows[b].draft, step.logits[row])
                 accepted.append(kept)
                 if indexes:
                     indexes[b].feedback(len(decode_rows[b].draft), kept)

@@ -1,5 +1,10 @@
 """AI.GENERATE(prompt [, max_tokens]) -> VARCHAR: the model's answer, decoded greedily.
 (BigQuery AI.GENERATE, Snowflake AI_COMPLETE.)
+
+With BigQuery's `output_schema => 'name STRING, year INT64'` the answer is a STRUCT of those
+fields: decoding is held to the schema's JSON document (aisql.engine.json_constraint), so every
+answer parses; BigQuery's own STRUCT adds `full_response` and `status`, which aisql leaves out
+(the compatibility rule: plain values; `.name` reads a field as in BigQuery).
 """
 
 from __future__ import annotations
@@ -10,11 +15,14 @@ from typing import Any
 
 from sqlglot import exp
 
+from aisql.engine.json_constraint import JSON_PREFIX, Field, fields_of, grammar_of
 from aisql.engine.prompt_format import Framing
-from aisql.functions import arguments
+from aisql.errors import BindError
+from aisql.functions import arguments, structured_output
 from aisql.functions.base import AIFunction, DuckDBParameter, Options, Request, Task
 
 DEFAULT_MAX_TOKENS = 128
+DEFAULT_SCHEMA_MAX_TOKENS = 256  # a document of several fields needs more room than a sentence
 INSTRUCTION = "You are a helpful assistant. Answer concisely."
 
 
@@ -22,6 +30,7 @@ INSTRUCTION = "You are a helpful assistant. Answer concisely."
 class GenerateOptions(Options):
     max_tokens: int = DEFAULT_MAX_TOKENS
     sampling: tuple[float, float, int] | None = None  # (temperature, top_p, seed); None: greedy
+    schema: tuple[Field, ...] | None = None  # output_schema: the answer is a STRUCT of these fields
 
 
 class AiGenerate(AIFunction):
@@ -69,18 +78,38 @@ class AiGenerate(AIFunction):
         if node is None and positional and not isinstance(positional[0], exp.Struct):
             node = positional.pop(0)
         sampling = arguments.read_sampling(spelling, named)
-        return GenerateOptions(DEFAULT_MAX_TOKENS if node is None else arguments.read_max_tokens(spelling, node), sampling)
+        schema = None
+        schema_node = named.pop("output_schema", None)
+        if schema_node is not None:
+            text = arguments.literal_value(schema_node)
+            if not isinstance(text, str):
+                raise BindError(f"{spelling}: output_schema must be a string literal, got {schema_node.sql(dialect='duckdb')}", hint="e.g. output_schema => 'name STRING, year INT64'")
+            schema = structured_output.parse_output_schema(spelling, text)
+            if sampling is not None:
+                raise BindError(f"{spelling}: output_schema decodes greedily; temperature > 0 is not supported with it")
+        default = DEFAULT_SCHEMA_MAX_TOKENS if schema else DEFAULT_MAX_TOKENS
+        return GenerateOptions(default if node is None else arguments.read_max_tokens(spelling, node), sampling, schema)
 
     def options_from_values(self, max_tokens: Any = DEFAULT_MAX_TOKENS, *rest: Any) -> GenerateOptions:
         return GenerateOptions(arguments.check_max_tokens(self.duckdb_name, max_tokens))
 
     def task(self, options: GenerateOptions) -> Task:
+        if options.schema:
+            suffix = f"\n\nAnswer with a JSON object with the fields {structured_output.describe_fields(options.schema)}."
+            return Task(self, Framing(system=INSTRUCTION, suffix=suffix), max_tokens=options.max_tokens, grammar=grammar_of(options.schema))
         return Task(self, Framing(system=INSTRUCTION), max_tokens=options.max_tokens, sampling=options.sampling)
+
+    def result_type(self, options: GenerateOptions, dimension: int | None = None):
+        if options.schema:
+            return structured_output.struct_types(options.schema)
+        return super().result_type(options)
 
     def output_tokens(self, options: GenerateOptions) -> float:
         return float(options.max_tokens)
 
-    def value_from_text(self, task: Task, text: str) -> str:
+    def value_from_text(self, task: Task, text: str):
+        if task.grammar and task.grammar.startswith(JSON_PREFIX):
+            return structured_output.value_from_json(fields_of(task.grammar), text)
         return text
 
     def describe_options(self, options: GenerateOptions) -> str:
@@ -88,7 +117,10 @@ class AiGenerate(AIFunction):
         if options.sampling:
             temperature, top_p, seed = options.sampling
             sampled = f", temperature => {temperature:g}, top_p => {top_p:g}, seed => {seed}"
-        return f", max_tokens => {options.max_tokens}{sampled}"
+        schema = ""
+        if options.schema:
+            schema = ", output_schema => '" + ", ".join(f"{f.name} {'ARRAY<' if f.array else ''}{f.kind.upper()}{'>' if f.array else ''}" for f in options.schema) + "'"
+        return f", max_tokens => {options.max_tokens}{sampled}{schema}"
 
 
 FUNCTION = AiGenerate()

@@ -1,0 +1,125 @@
+"""Structured output: a declared schema becomes a JSON schema the decoder is held to
+(aisql.engine.json_constraint) and a DuckDB STRUCT the answer is read into.
+
+BigQuery declares it as `output_schema => 'name STRING, age INT64'` (AI.GENERATE); Snowflake's
+AI_EXTRACT as questions, each a STRING field (an ARRAY of STRING where the question starts with
+"List:"). Supported field types: STRING, INT64, FLOAT64, BOOL and ARRAY of them; every field is
+nullable (the text does not say, or the token budget ended before the field).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from sqlglot import exp
+
+from aisql.engine.json_constraint import Field
+from aisql.errors import BindError
+
+_KINDS = {
+    exp.DataType.Type.TEXT: "string",
+    exp.DataType.Type.VARCHAR: "string",
+    exp.DataType.Type.CHAR: "string",
+    exp.DataType.Type.BIGINT: "integer",
+    exp.DataType.Type.INT: "integer",
+    exp.DataType.Type.SMALLINT: "integer",
+    exp.DataType.Type.DOUBLE: "number",
+    exp.DataType.Type.FLOAT: "number",
+    exp.DataType.Type.BOOLEAN: "boolean",
+}
+_SQL = {"string": "VARCHAR", "integer": "BIGINT", "number": "DOUBLE", "boolean": "BOOLEAN"}
+_WORDS = {"string": "text", "integer": "a whole number", "number": "a number", "boolean": "true or false"}
+MAX_FIELDS = 100
+
+
+def parse_output_schema(spelling: str, text: str) -> tuple[Field, ...]:
+    """BigQuery's `output_schema` string: 'name STRING, year INT64, tags ARRAY<STRING>'."""
+    if not text.strip():
+        raise BindError(f"{spelling}: output_schema is empty", hint="e.g. output_schema => 'name STRING, year INT64'")
+    try:
+        struct = exp.DataType.build(f"STRUCT<{text}>", dialect="bigquery")
+    except Exception as err:  # sqlglot's ParseError and friends
+        raise BindError(
+            f"{spelling}: output_schema {text!r} is not a list of 'name TYPE' fields ({str(err).splitlines()[0]})",
+            hint="e.g. output_schema => 'name STRING, year INT64'",
+        ) from None
+    fields = []
+    for column in struct.expressions:
+        kind = column.args.get("kind") if isinstance(column, exp.ColumnDef) else None
+        if kind is None:
+            raise BindError(f"{spelling}: output_schema field {column.sql()!r} has no type", hint="e.g. 'name STRING'")
+        fields.append(_field(spelling, column.name, kind))
+    return check_fields(spelling, fields)
+
+
+def _field(spelling: str, name: str, kind: exp.DataType) -> Field:
+    array = kind.this == exp.DataType.Type.ARRAY
+    inner = kind.expressions[0] if array and kind.expressions else kind
+    base = _KINDS.get(inner.this) if isinstance(inner, exp.DataType) else None
+    if base is None:
+        raise BindError(
+            f"{spelling}: output_schema field {name!r} has type {kind.sql(dialect='bigquery')}, which aisql cannot decode",
+            hint="use STRING, INT64, FLOAT64, BOOL or an ARRAY of one of them",
+        )
+    return Field(name, base, array)
+
+
+def check_fields(spelling: str, fields: Sequence[Field]) -> tuple[Field, ...]:
+    seen = set()
+    for field in fields:
+        if not field.name.strip():
+            raise BindError(f"{spelling}: a field name is empty")
+        if field.name.lower() in seen:
+            raise BindError(f"{spelling}: field {field.name!r} appears twice")
+        seen.add(field.name.lower())
+    if not fields:
+        raise BindError(f"{spelling}: the schema has no field")
+    if len(fields) > MAX_FIELDS:
+        raise BindError(f"{spelling}: at most {MAX_FIELDS} fields, got {len(fields)}")
+    return tuple(fields)
+
+
+def struct_types(fields: Sequence[Field]) -> tuple[str, Any]:
+    """(DuckDB STRUCT type, Arrow struct type) of the fields."""
+    import pyarrow as pa
+
+    sql = ", ".join(f'"{f.name.replace(chr(34), chr(34) * 2)}" {_SQL[f.kind]}{"[]" if f.array else ""}' for f in fields)
+    arrow_base = {"string": pa.string(), "integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
+    arrow = pa.struct([(f.name, pa.list_(arrow_base[f.kind]) if f.array else arrow_base[f.kind]) for f in fields])
+    return f"STRUCT({sql})", arrow
+
+
+def describe_fields(fields: Sequence[Field]) -> str:
+    """The fields as the prompt names them: `name (text), year (a whole number)`."""
+    return ", ".join(f"{f.name} ({'a list of ' if f.array else ''}{_WORDS[f.kind]})" for f in fields)
+
+
+def value_from_json(fields: Sequence[Field], text: str) -> dict | None:
+    """The STRUCT value of a decoded document (NULL if it is not one: a guard — the decoder
+    only emits documents of the schema)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {f.name: _typed(f, data.get(f.name)) for f in fields}
+
+
+def _typed(field: Field, value: Any) -> Any:
+    if value is None:
+        return None
+    if field.array:
+        return [_scalar(field.kind, v) for v in value] if isinstance(value, list) else None
+    return _scalar(field.kind, value)
+
+
+def _scalar(kind: str, value: Any) -> Any:
+    if kind == "integer":
+        return value if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63 else None
+    if kind == "number":
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if kind == "boolean":
+        return value if isinstance(value, bool) else None
+    return value if isinstance(value, str) else None
