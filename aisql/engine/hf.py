@@ -24,7 +24,7 @@ from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
 from aisql.engine.radix import RadixCache
 from aisql.engine.scheduler import Scheduler, Work
 from aisql.engine import flat as flat_attention
-from aisql.engine.json_constraint import DEAD_END, row_constraint
+from aisql.engine.json_constraint import DEAD_END, check_budget, row_constraint
 from aisql.engine.decode import DecodeRow, decode_pass, greedy_accept, settle
 from aisql.engine.sampling import sample_token, seeded_generator
 from aisql.engine.flat import FlatOutput, Segment
@@ -245,6 +245,8 @@ class HFEngine(EncodesPrompts):
         # Constrained rows (typed literals, JSON schemas): the most likely token that keeps the
         # output valid, and a closing that fits the budget (aisql.engine.json_constraint).
         constraints = [row_constraint(r.grammar, self.tokenizer, tuple(self.stop_ids)) if r.grammar else None for r in requests]
+        for constraint, request in zip(constraints, requests):
+            check_budget(constraint, request.max_tokens)
         # Sampled rows (temperature > 0): each from its own seeded generator, never with drafts.
         generators = [seeded_generator(r.seed if r.seed is not None else 0, self.device) if r.temperature > 0 else None for r in requests]
         for b, request in enumerate(requests):

@@ -256,8 +256,11 @@ class JsonRow:
         if token in self.stop_ids:
             self.ended = True
             return [token]
-        after = (self.data + self._piece(token)).decode("utf-8", errors="ignore")
-        if 1 + len(self._closing_ids(after)) <= remaining:
+        data = self.data + self._piece(token)
+        after = data.decode("utf-8", errors="ignore")
+        # Room after this token for the closing, and for the bytes that finish a character the
+        # token leaves open (a byte-level token may split one): one token each at most.
+        if 1 + _missing_bytes(data) + len(self._closing_ids(after)) <= remaining:
             self.matcher.consume_token(token)
             self.data += self._piece(token)
             return [token]
@@ -266,12 +269,29 @@ class JsonRow:
     def _close(self, remaining: int) -> list[int]:
         """End the document by its shortest completion (within the budget, by construction)."""
         self.ended = True
-        closing = self._closing_ids(self.text)
+        finish = self._finish_character()
+        closing = finish + self._closing_ids(self.text)
         if len(closing) > remaining or self.matcher.validate_tokens(closing) != len(closing):
             return [DEAD_END]  # a guard: the answer is then NULL (incomplete document)
-        self.matcher.consume_tokens(closing)
-        self.data += b"".join(self._piece(t) for t in closing)
+        rest = closing[len(finish) :]
+        self.matcher.consume_tokens(rest)
+        self.data += b"".join(self._piece(t) for t in rest)
         return closing + [DEAD_END]
+
+    def _finish_character(self) -> list[int]:
+        """Tokens of continuation bytes that complete a character the text ends inside (the
+        smallest allowed ones: any character is valid in a JSON string)."""
+        tokens: list[int] = []
+        while _missing_bytes(self.data):
+            allowed = np.nonzero(self._allowed())[0]
+            fitting = [int(t) for t in allowed if _continuation(self._piece(int(t)), _missing_bytes(self.data))]
+            if not fitting:
+                return tokens
+            token = min(fitting)
+            self.matcher.consume_token(token)
+            self.data += self._piece(token)
+            tokens.append(token)
+        return tokens
 
     def _allowed(self) -> np.ndarray:
         bits = np.unpackbits(np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
@@ -291,6 +311,21 @@ class JsonRow:
                 continue
             return emitted + tokens, index
         return emitted, len(draft)  # not reached
+
+
+def _missing_bytes(data: bytes) -> int:
+    """Continuation bytes the last UTF-8 character of `data` still needs (0: it is complete)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:
+            continue  # a continuation byte: look further back for the lead
+        width = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
+        return max(0, width - back)
+    return 0
+
+
+def _continuation(piece: bytes, missing: int) -> bool:
+    return 0 < len(piece) <= missing and all(b & 0xC0 == 0x80 for b in piece)
 
 
 class LiteralRow:
@@ -326,3 +361,17 @@ def row_constraint(grammar: str, tokenizer, stop_ids: tuple[int, ...]):
     from aisql.engine.constrained import constraint_for
 
     return LiteralRow(constraint_for(grammar, tokenizer, stop_ids))
+
+
+def check_budget(constraint, max_tokens: int) -> None:
+    """A JSON row needs room for at least its shortest document (every field null): a smaller
+    max_tokens is an error, never a silently NULL answer."""
+    if isinstance(constraint, JsonRow):
+        needed = constraint.minimum_tokens()
+        if max_tokens < needed:
+            from aisql.errors import ModelError
+
+            raise ModelError(
+                f"max_tokens {max_tokens} is less than the {needed} tokens of the schema's shortest document (every field null)",
+                hint=f"give max_tokens => {needed} or more",
+            )

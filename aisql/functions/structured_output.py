@@ -44,6 +44,8 @@ def parse_output_schema(spelling: str, text: str) -> tuple[Field, ...]:
             f"{spelling}: output_schema {text!r} is not a list of 'name TYPE' fields ({str(err).splitlines()[0]})",
             hint="e.g. output_schema => 'name STRING, year INT64'",
         ) from None
+    if not struct.expressions:
+        raise BindError(f"{spelling}: output_schema {text!r} is not a list of 'name TYPE' fields", hint="e.g. output_schema => 'name STRING, year INT64'")
     fields = []
     for column in struct.expressions:
         kind = column.args.get("kind") if isinstance(column, exp.ColumnDef) else None
