@@ -122,6 +122,7 @@ class ModelProfile:
     attention_width: int  # query heads x head dim
     kv_bytes_per_token: int
     weight_bytes: int
+    max_context: int = 0  # tokens (0: not recorded, a profile cached before aisql knew it)
 
     def flops(self, tokens: int, start: int) -> float:
         """FLOPs of `tokens` tokens at positions start.. : weights plus attention to their prefix."""

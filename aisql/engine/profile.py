@@ -25,6 +25,7 @@ def model_profile(model, name: str) -> ModelProfile:
         attention_width=heads * head_dim,
         kv_bytes_per_token=2 * layers * kv_heads * head_dim * dtype_bytes,
         weight_bytes=total * dtype_bytes,
+        max_context=int(getattr(config, "max_position_embeddings", 0) or 0),
     )
 
 

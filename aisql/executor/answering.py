@@ -20,7 +20,8 @@ from aisql.executor.budget import Budget
 from aisql.executor.evaluate import Prepared, prepare, run
 from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.run_stats import NodeStats
-from aisql.functions import Task
+from aisql.executor import aggregate
+from aisql.functions import Request, Task
 
 
 @dataclass
@@ -101,7 +102,12 @@ def answer_texts(
     """Answers for the distinct prompt texts of one task (`counts`: text -> rows asking it): the
     result cache first, the rest evaluated in prefix order (within `group_by` groups) with
     checkpoints. Counts prompts (total, new to this caller's `seen`, cached) and logical tokens
-    into `stats`. Shared by planned AI nodes and the DuckDB functions of aisql.duckdb_functions."""
+    into `stats`. Shared by planned AI nodes and the DuckDB functions of aisql.duckdb_functions.
+
+    An aggregate task's texts are groups (JSON lists of values): each is reduced by map-reduce
+    over GENERATE prompts answered through this same function (aisql.executor.aggregate)."""
+    if task.request is Request.AGGREGATE:
+        return _answer_groups(counts, task, key, engine=engine, lock=lock, store=store, options=options, stats=stats, seen=seen, progress=progress)
     stats.prompts_total += sum(counts.values())
     new = [t for t in counts if t not in seen]
     stats.prompts_unique += len(new)
@@ -126,4 +132,34 @@ def answer_texts(
         )
     for text, count in counts.items():
         stats.logical_tokens += count * known[text].cost
+    return known
+
+
+def _answer_groups(counts: dict[str, int], task: Task, key: str, *, engine, lock, store, options, stats, seen, progress) -> dict[str, Answer]:
+    """Final answers of aggregate groups: the cache first; the rest reduced level by level, every
+    map and reduce prompt answered (cached, checkpointed) like any GENERATE prompt."""
+    known = store.get_many(key, list(counts))
+    for text in counts:  # a cached group counts as one prompt answered from the cache
+        if text in known:
+            stats.prompts_total += 1
+            stats.prompts_unique += text not in seen
+            stats.prompts_cached += text not in seen
+            seen.add(text)
+    todo = [t for t in counts if t not in known]
+    if not todo:
+        return known
+    fingerprint = key.rsplit("/", 1)[0]
+    stage_seen: set[str] = set()
+
+    def answer(stage: Task, stage_counts: dict[str, int]) -> dict[str, Answer]:
+        return answer_texts(
+            stage_counts, stage, stage.store_key(fingerprint), engine=engine, lock=lock, store=store,
+            options=options, stats=stats, seen=stage_seen, progress=progress,
+        )
+
+    with lock:
+        packer = aggregate.packer_for(engine(), task)
+    finals, _ = aggregate.reduce_groups(todo, task, packer, answer)
+    store.put_many(key, finals)
+    known.update(finals)
     return known

@@ -93,7 +93,16 @@ def _text_seed(seed: int, text: str) -> int:
 
 
 def evaluate(engine: Engine, task: Task, texts: Sequence[str], *, naive: bool = False, **options) -> dict[str, Answer]:
-    """prepare + run in one go (for small sets: samples, one naive row)."""
+    """prepare + run in one go (for small sets: samples, one naive row). An aggregate task's
+    texts are groups, reduced by map-reduce over the same calls (aisql.executor.aggregate)."""
+    if task.request is Request.AGGREGATE:
+        from aisql.executor import aggregate
+
+        def answer(stage: Task, counts: dict[str, int]) -> dict[str, Answer]:
+            return run(engine, stage, prepare(engine, stage, list(counts), **options), naive=naive)
+
+        finals, _ = aggregate.reduce_groups(list(dict.fromkeys(texts)), task, aggregate.packer_for(engine, task), answer)
+        return finals
     return run(engine, task, prepare(engine, task, texts, **options), naive=naive)
 
 

@@ -8,6 +8,7 @@ its input (the answers go to the answer store, so the run reuses them), else a d
 
 from __future__ import annotations
 
+import json
 import re
 from contextlib import contextmanager
 from typing import Callable
@@ -17,7 +18,7 @@ import duckdb
 from aisql.engine.base import ModelFacts
 from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN, AINode
 from aisql.planner.rules.choose_anchor import argument_tables
-from aisql.planner.statistics import DEFAULT_SELECTIVITY, InputProfile, Selectivity, TextsProfile, TokenProfile
+from aisql.planner.statistics import DEFAULT_SELECTIVITY, GroupsProfile, InputProfile, Selectivity, TextsProfile, TokenProfile
 
 TOKEN_SAMPLE = 48
 SELECTIVITY_SAMPLE = 32
@@ -100,6 +101,24 @@ class MeasuredStatistics:
             self._why_unknown[node.id] = f"its input cannot be counted without running the script ({str(err).splitlines()[0]})"
             return None
         return InputProfile(int(rows_in), int(total), tuple(int(d) for d in distinct), frozenset(self._tables(node)))
+
+    def groups_profile(self, node: AINode) -> GroupsProfile | None:
+        """Each distinct group's characters, in tokens at the model's characters per token
+        (its tokenizer on a sample of the groups' text)."""
+        if self.input_profile(node) is None or self.facts is None:
+            return None
+        source = f"({node.estimate_sql}) AS __aisql_counted"
+        try:
+            rows = self.con.execute(f"SELECT {ARG_PREFIX}0 FROM {source} WHERE {ARG_PREFIX}0 IS NOT NULL").fetchall()
+        except duckdb.Error:
+            return None
+        texts = [r[0] for r in rows]
+        if not texts:
+            return GroupsProfile(())
+        sample = [t[:4000] for t in texts[:TOKEN_SAMPLE]]
+        chars_per_token = sum(len(t) for t in sample) / max(1, sum(self.facts.format.count_tokens(sample)))
+        numbering = self.facts.format.count_tokens(["[123] \n"])[0]  # each value is written "[i] value"
+        return GroupsProfile(tuple(len(t) / chars_per_token + numbering * len(json.loads(t)) for t in texts))
 
     def texts_profile(self, node: AINode) -> TextsProfile | None:
         if node.id not in self._texts:

@@ -68,6 +68,8 @@ class Task:
     max_tokens: int | None = None
     grammar: str | None = None  # GENERATE only: decode a literal of this type ('int', 'double', 'bool')
     sampling: tuple[float, float, int] | None = None  # GENERATE only: (temperature, top_p, seed); None: greedy
+    instruction: str | None = None  # AGGREGATE only: the user's task description (AI_AGG's second argument)
+    stage: bool = False  # an aggregate's map or reduce prompts: GENERATE requests (no instruction: its own key)
 
     @property
     def signature(self) -> str:
@@ -79,6 +81,8 @@ class Task:
             parts += ["grammar", self.grammar]
         if self.sampling is not None:
             parts += ["sampling", *map(repr, self.sampling)]
+        if self.instruction is not None:
+            parts += ["instruction", self.instruction]
         payload = "\x1f".join(parts)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -88,7 +92,7 @@ class Task:
 
     @property
     def request(self) -> Request:
-        return self.function.request
+        return Request.GENERATE if self.stage else self.function.request
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Task) and self._key() == other._key()
@@ -97,7 +101,7 @@ class Task:
         return hash(self._key())
 
     def _key(self) -> tuple:
-        return (self.function.name, self.framing, self.labels, self.max_tokens, self.grammar, self.sampling)
+        return (self.function.name, self.framing, self.labels, self.max_tokens, self.grammar, self.sampling, self.instruction, self.stage)
 
 
 class AIFunction:
@@ -109,6 +113,7 @@ class AIFunction:
     sql_type: ClassVar[str]  # DuckDB type of the result
     request: ClassVar[Request]
     is_predicate: ClassVar[bool] = False  # a TRUE answer keeps a row (in WHERE / JOIN ON it filters)
+    is_aggregate: ClassVar[bool] = False  # an aggregate over a group's values (AI_AGG): never OVER (...)
     duckdb_parameters: ClassVar[tuple[DuckDBParameter, ...]] = ()  # after `prompt VARCHAR`
     signature_hint: ClassVar[str]  # how to call it, for error messages
     # 0: the first argument is a prompt (PROMPT template, parts tuple or expression); n: the

@@ -207,9 +207,54 @@ def _estimate_embedding(node: AINode, stats: Statistics, hardware: Hardware) -> 
     )
 
 
+ASSUMED_CONTEXT = 4096  # a model profile cached without its context length
+AGGREGATE_OVERHEAD = 80  # tokens of an aggregate prompt's framing and task (measured: 50-80)
+
+
+def _estimate_aggregate(node: AINode, stats: Statistics, hardware: Hardware) -> NodeEstimate:
+    """An AI aggregate's map and reduce prompts, from its groups' sizes (aisql.executor.aggregate)."""
+    from aisql.executor.aggregate import SAFETY_TOKENS, reduction_plan
+
+    groups = stats.groups_profile(node)
+    profile = stats.input_profile(node)
+    if groups is None or profile is None:
+        why = getattr(stats, "why_unknown", lambda _: None)(node)
+        return NodeEstimate(node.id, "unknown", why or node.note or "its groups depend on other AI answers")
+    model = stats.model
+    max_tokens = int(node.call.task.max_tokens or 1)
+    context = (model.max_context if model and model.max_context else ASSUMED_CONTEXT)
+    capacity = context - AGGREGATE_OVERHEAD - max_tokens - SAFETY_TOKENS
+    maps, reduces, depth = reduction_plan(groups.tokens, capacity, max_tokens)
+    prompts = maps + reduces
+    prefill = sum(groups.tokens) + prompts * AGGREGATE_OVERHEAD + reduces * 2 * max_tokens
+    tokens = prefill + prompts * max_tokens
+    flops = 2.0 * model.params * tokens if model else 0.0
+    time_s = flops / (hardware.peak_flops * hardware.efficiency) if model else 0.0
+    if hardware.planned_tokens_per_s:
+        time_s = tokens / hardware.planned_tokens_per_s
+    side = Side(prompts, tokens, flops, time_s, time_s * hardware.price_per_hour / 3600)
+    repeat = profile.prompts_total / max(1, profile.unique)  # naive reduces every group row, repeats too
+    naive = Side(*(x * repeat for x in astuple(side)))
+    return NodeEstimate(
+        node=node.id,
+        quality="estimate",
+        reason=f"{len(groups.tokens):,} groups of ~{sum(groups.tokens) / max(1, len(groups.tokens)):,.0f} tokens: "
+        f"map {maps:,} prompts, reduce {reduces:,} prompts, depth {depth}",
+        rows_in=profile.rows_in,
+        prompts_total=profile.prompts_total,
+        prompts_unique=profile.unique,
+        tokens_per_prompt=tokens / max(1, prompts),
+        computed_without_prefix_cache=tokens,
+        plan=side,
+        naive=naive,
+    )
+
+
 def _estimate_node(plan, position, node, stats, hardware, cached_leading) -> NodeEstimate:
     if node.call.function.request is Request.EMBED:
         return _estimate_embedding(node, stats, hardware)
+    if node.call.function.request is Request.AGGREGATE:
+        return _estimate_aggregate(node, stats, hardware)
     profile = stats.input_profile(node)
     tokens = stats.token_profile(node)
     if profile is None:

@@ -72,6 +72,13 @@ class TextsProfile:
 
 
 @dataclass(frozen=True)
+class GroupsProfile:
+    """The groups an AI aggregate reduces: their sizes in the model's tokens (estimated)."""
+
+    tokens: tuple[float, ...]  # per distinct group: its values' tokens, item numbering included
+
+
+@dataclass(frozen=True)
 class Selectivity:
     value: float  # fraction of input rows for which an AI predicate is TRUE
     source: str  # "hint" | "sample" | "default"
@@ -89,6 +96,9 @@ class Statistics(Protocol):
 
     def selectivity(self, node: AINode) -> Selectivity:
         """From the node's hint, else measured on a sample if allowed, else DEFAULT_SELECTIVITY."""
+
+    def groups_profile(self, node: AINode) -> GroupsProfile | None:
+        """Token sizes of an aggregate node's groups, or None if they cannot be counted."""
 
     def texts_profile(self, node: AINode) -> TextsProfile | None:
         """The texts an embedding node embeds, or None if they cannot be counted."""

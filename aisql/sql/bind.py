@@ -120,6 +120,11 @@ def _output_names(ast: exp.Expression, call_nodes: set[int]) -> list[tuple[exp.S
 
 
 def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceText, scopes: QueryScopes) -> AICall:
+    if raw.function.is_aggregate and isinstance(raw.node.parent, exp.Window):
+        raise BindError(
+            f"{raw.spelling} is an aggregate; OVER (...) is not supported with it",
+            hint="aggregate with GROUP BY (or over the whole table) and join the result back if every row needs it",
+        )
     prompt, options, hints, vendor = raw.function.bind_arguments(raw.spelling, raw.positional, raw.named)
     line, col = source.position_of(raw.node)
     if raw.function.contents:

@@ -48,6 +48,10 @@ class AICall:
         if self.function.contents:
             shown = ", ".join(arg.sql(dialect="duckdb") for arg in self.args)
             return f"{self.spelling}({shown})"
+        if self.function.is_aggregate:  # the value as written, not the group list the binder built
+            collected = self.args[0].find(exp.ArrayAgg) if self.args else None
+            value = collected.this.this if collected is not None and isinstance(collected.this, exp.Cast) else self.args[0]
+            return f"{self.spelling}({value.sql(dialect='duckdb')}{self.function.describe_options(self.options)})"
         text = self.template.text
         if len(text) > 60:
             text = text[:57] + "..."

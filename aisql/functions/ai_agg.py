@@ -1,0 +1,33 @@
+"""AI_AGG(value, task_description) -> VARCHAR: an aggregate answering a task over a group's values
+(Snowflake AI_AGG; LOTUS sem_agg), however many: groups larger than the context are reduced
+hierarchically (aisql.executor.aggregate)."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from aisql.errors import BindError
+from aisql.functions import arguments
+from aisql.functions.aggregation import AggregateFunction, AggregateOptions
+
+
+class AiAgg(AggregateFunction):
+    name = "AGG"
+    spellings = ("AI_AGG", "AI.AGG")
+    sqlglot_nodes = (exp.AIAgg,)
+    signature_hint = "AI_AGG(review, 'Summarize the complaints in these reviews')"
+
+    def bind_arguments(self, spelling, positional, named):
+        positional, named = list(positional), dict(named)
+        value = named.pop("expr", None) or (positional.pop(0) if positional else None)
+        if value is None:
+            raise BindError(f"{spelling} needs the values to aggregate and a task description", hint=f"e.g. {self.signature_hint}")
+        description = named.pop("task_description", None) or (positional.pop(0) if positional else None)
+        instruction = self.read_instruction(spelling, description)
+        if positional or named:
+            extra = positional[0].sql(dialect="duckdb") if positional else next(iter(named))
+            raise BindError(f"{spelling}: too many arguments ({extra} is not expected)", hint=f"e.g. {self.signature_hint}")
+        return self.group_values(value), AggregateOptions(instruction), {}, arguments.VendorArguments()
+
+
+FUNCTION = AiAgg()

@@ -1,0 +1,32 @@
+"""AI_SUMMARIZE_AGG(value) -> VARCHAR: a summary of a group's values (Snowflake AI_SUMMARIZE_AGG):
+AI_AGG with a fixed, general task description."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from aisql.errors import BindError
+from aisql.functions import arguments
+from aisql.functions.aggregation import AggregateFunction, AggregateOptions
+
+SUMMARIZE = "Summarize these texts in a few sentences."
+
+
+class AiSummarizeAgg(AggregateFunction):
+    name = "SUMMARIZE_AGG"
+    spellings = ("AI_SUMMARIZE_AGG", "AI.SUMMARIZE_AGG")
+    sqlglot_nodes = (exp.AISummarizeAgg,)
+    signature_hint = "AI_SUMMARIZE_AGG(review)"
+
+    def bind_arguments(self, spelling, positional, named):
+        positional, named = list(positional), dict(named)
+        value = named.pop("expr", None) or (positional.pop(0) if positional else None)
+        if value is None:
+            raise BindError(f"{spelling} needs the values to summarize", hint=f"e.g. {self.signature_hint}")
+        if positional or named:
+            extra = positional[0].sql(dialect="duckdb") if positional else next(iter(named))
+            raise BindError(f"{spelling}: too many arguments ({extra} is not expected)", hint=f"e.g. {self.signature_hint}")
+        return self.group_values(value), AggregateOptions(SUMMARIZE), {}, arguments.VendorArguments()
+
+
+FUNCTION = AiSummarizeAgg()

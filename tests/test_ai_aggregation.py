@@ -1,0 +1,136 @@
+"""AI_AGG and AI_SUMMARIZE_AGG: aggregates with GROUP BY, in HAVING and over a whole table;
+NULLs; bad arguments; planned == naive; the result cache; explain's map/reduce estimate; and a
+group ten times the model's context, reduced hierarchically, deterministic, and resumed after a
+kill -9 without repeating a committed prompt."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aisql.errors import AisqlError
+
+GROUPED = (
+    "SELECT rating, AI_AGG(review, 'Summarize the complaints') AS complaints, AI_SUMMARIZE_AGG(review) AS summary "
+    "FROM reviews WHERE id <= 30 GROUP BY rating ORDER BY rating"
+)
+
+
+def test_group_by_having_and_whole_table(make_connection):
+    con = make_connection()
+    grouped = con.run(GROUPED).table.to_pylist()
+    ratings = [r[0] for r in con.duckdb.sql("SELECT DISTINCT rating FROM reviews WHERE id <= 30 ORDER BY 1").fetchall()]
+    assert [r["rating"] for r in grouped] == ratings
+    assert all(isinstance(r["complaints"], str) and isinstance(r["summary"], str) for r in grouped)
+    having = con.run(
+        "SELECT rating FROM reviews WHERE id <= 30 GROUP BY rating "
+        "HAVING AI_AGG(review, 'Summarize the complaints') = 'no such answer' OR rating >= 4 ORDER BY rating"
+    ).table.column("rating").to_pylist()
+    assert having == [r for r in ratings if r >= 4]
+    whole = con.run("SELECT AI_SUMMARIZE_AGG(review) AS s, count(*) AS n FROM reviews WHERE id <= 30").table.to_pylist()
+    assert len(whole) == 1 and isinstance(whole[0]["s"], str) and whole[0]["n"] == 30
+
+
+def test_nulls_are_skipped_and_a_group_without_values_is_null(make_connection):
+    con = make_connection()
+    rows = con.run(
+        "SELECT g, AI_AGG(v, 'List the fruits') AS a FROM (VALUES (1, 'apple'), (1, NULL), (2, NULL)) t(g, v) GROUP BY g ORDER BY g"
+    ).table.to_pylist()
+    assert isinstance(rows[0]["a"], str) and rows[1]["a"] is None
+    empty = con.run("SELECT AI_AGG(review, 'Summarize') AS a FROM reviews WHERE false").table.to_pylist()
+    assert empty == [{"a": None}]
+    # NULLs do not change a group's answer: the group is its non-NULL values, sorted
+    with_null = con.run("SELECT AI_AGG(v, 'List the fruits') AS a FROM (VALUES ('pear'), (NULL), ('apple')) t(v)").table.to_pylist()
+    without = con.run("SELECT AI_AGG(v, 'List the fruits') AS a FROM (VALUES ('apple'), ('pear')) t(v)").table.to_pylist()
+    assert with_null == without
+
+
+@pytest.mark.parametrize(
+    "sql, message",
+    [
+        ("SELECT AI_AGG(review, 'x') OVER (PARTITION BY rating) FROM reviews", "OVER (...) is not supported"),
+        ("SELECT AI_AGG(review, review) FROM reviews", "must be a non-empty string literal"),
+        ("SELECT AI_AGG(review, '  ') FROM reviews", "must be a non-empty string literal"),
+        ("SELECT AI_SUMMARIZE_AGG() FROM reviews", "SQL syntax error"),  # sqlglot knows the arity
+        ("SELECT AI_AGG(review, 'a', 'b') FROM reviews", "greater than the maximum number of supported arguments (2)"),
+    ],
+)
+def test_bad_arguments(make_connection, sql, message):
+    with pytest.raises(AisqlError) as err:
+        make_connection().run(sql)
+    assert message in err.value.message
+    assert err.value.line == 1
+
+
+def test_planned_equals_naive_and_reruns_hit_the_cache(make_connection, tmp_path):
+    planned = make_connection(cache=str(tmp_path / "a.sqlite")).run(GROUPED)
+    naive = make_connection().run(GROUPED, naive=True)
+    assert planned.table.to_pylist() == naive.table.to_pylist()
+    again = make_connection(cache=str(tmp_path / "a.sqlite")).run(GROUPED)
+    assert again.stats.totals()["prompts_evaluated"] == 0
+    assert again.table.to_pylist() == planned.table.to_pylist()
+
+
+def test_explain_estimates_map_and_reduce(make_connection):
+    con = make_connection()
+    node = con.explain(GROUPED).to_dict()["statements"][0]["ai_nodes"][0]
+    assert node["function"] == "AI_AGG(review, 'Summarize the complaints')"
+    assert "map 5 prompts, reduce 0 prompts, depth 1" in node["estimate_reason"]
+
+
+# ---- a group ten times the context --------------------------------------------------------------
+BIG = (
+    "SELECT AI_AGG(review, 'Summarize the complaints') AS s "
+    "FROM (SELECT r.review || ' (' || i || ')' AS review FROM 'data/reviews.csv' r, range(40) t(i))"
+)  # 4,800 values, ~93k tokens of the tiny model: 11x its context of 8,192
+
+
+def _aisql(*args: str) -> list[str]:
+    return [sys.executable, "-m", "aisql.cli", "run", "-e", BIG, "--model", "tiny", "--format", "json", "-q", *args]
+
+
+def _committed(cache: Path) -> int:
+    if not cache.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{cache}?mode=ro", uri=True, timeout=30) as db:
+            return db.execute("SELECT count(*) FROM answers").fetchall()[0][0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_group_ten_times_the_context_resumes_after_kill(tiny_engine, tmp_path):
+    from conftest import EXAMPLES
+
+    stats = tmp_path / "reference.json"
+    reference = subprocess.run(_aisql("--cache", str(tmp_path / "ref.sqlite"), "--stats-json", str(stats)), cwd=EXAMPLES, capture_output=True, text=True, timeout=600)
+    assert reference.returncode == 0, reference.stderr
+    total = json.loads(stats.read_text())
+    assert total["prompts_evaluated"] >= 12  # map prompts over ~16 chunks, then a reduce: depth 2
+
+    cache = tmp_path / "answers.sqlite"
+    job = subprocess.Popen(_aisql("--cache", str(cache), "--checkpoint-every", "1"), cwd=EXAMPLES, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while _committed(cache) < 3 and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job.poll() is None, f"the job ended before it could be killed: {job.stderr.read().decode()}"
+    job.send_signal(signal.SIGKILL)
+    job.wait(timeout=60)
+    job.stderr.close()
+    saved = _committed(cache)
+    assert 3 <= saved < total["prompts_evaluated"]
+
+    resumed_stats = tmp_path / "resumed.json"
+    resumed = subprocess.run(_aisql("--cache", str(cache), "--stats-json", str(resumed_stats)), cwd=EXAMPLES, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout) == json.loads(reference.stdout)  # deterministic across runs
+    again = json.loads(resumed_stats.read_text())
+    assert again["prompts_evaluated"] == total["prompts_evaluated"] - saved  # only what was missing
+    assert again["prompts_cached"] >= saved
