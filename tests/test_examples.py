@@ -54,3 +54,18 @@ def test_notebook_udf_example(tmp_path: Path, capsys):
     assert all(isinstance(slogan, str) for _, slogan in results["slogans"])
     err = capsys.readouterr().err
     assert "ai_if:" in err and "meaningless" in err
+
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    "name, column",
+    [("complaint_digest", "complaints"), ("review_facts", "facts"), ("review_product_match", "closest_product")],
+)
+def test_operator_examples_run(make_connection, monkeypatch, name, column):
+    """The SemBench-style examples of AI_AGG, structured output and similarity run as written."""
+    monkeypatch.chdir(EXAMPLES)
+    table = make_connection().run((EXAMPLES / f"{name}.sql").read_text()).table
+    assert table.num_rows > 0
+    assert all(value is not None for value in table.column(column).to_pylist())

@@ -53,7 +53,9 @@ def register(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime, naive: bool, 
         fn = errors.guard(lambda *values: runtime.naive_row(values), call.arity)
         # null_handling special: an answer may be NULL (a typed literal cut short); NULL
         # arguments answer NULL without asking the model (runtime.naive_row).
-        con.create_function(call.function_name, fn, params, returns, type="native", side_effects=True, null_handling="special")
+        # not volatile (DuckDB refuses volatile functions in a window's ORDER BY); still one call per
+        # row: DuckDB neither caches nor deduplicates scalar calls
+        con.create_function(call.function_name, fn, params, returns, type="native", side_effects=False, null_handling="special")
         return
 
     def lookup(*arrays):
@@ -78,7 +80,9 @@ def register_placeholder(con: duckdb.DuckDBPyConnection, call, errors: UdfErrors
         raise RuntimeError(f"{call.function_name} was called while only binding the statement")
 
     params = [duckdb.sqltype("VARCHAR")] * call.arity
-    con.create_function(call.function_name, errors.guard(never, call.arity), params, duckdb.sqltype(sql_type), type="native", side_effects=True)
+    # not volatile: DuckDB refuses volatile functions where the real (vectorised) one is allowed,
+    # e.g. in a window's ORDER BY; binding never calls it
+    con.create_function(call.function_name, errors.guard(never, call.arity), params, duckdb.sqltype(sql_type), type="native", side_effects=False)
 
 
 def remove(con: duckdb.DuckDBPyConnection, function_name: str) -> None:

@@ -192,6 +192,8 @@ class EmbeddingRuntime(NodeRuntime):
                 (vector,), (length,) = embedder.embed([text])
             vectors.append(vector)
             self.stats.prompts_total += 1
+            self.stats.prompts_unique += text not in self.seen_texts
+            self.seen_texts.add(text)
             self.stats.prompts_evaluated += 1
             self.stats.computed_tokens += length
             self.stats.logical_tokens += length
