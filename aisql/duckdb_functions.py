@@ -73,7 +73,8 @@ class DuckDBFunctions:
         tasks: dict[tuple, Task] = {}
         rows = []
         option_values = [column.to_pylist() for column in option_columns]
-        for row, text in enumerate(prompts.to_pylist()):
+        for row, value in enumerate(prompts.to_pylist()):
+            text = function.prompt_from_value(value)
             key = tuple(_hashable(values[row]) for values in option_values)
             if key not in tasks:
                 try:
@@ -224,7 +225,8 @@ def _define_functions(con: duckdb.DuckDBPyConnection, token: str) -> None:
             fixed.append(duckdb.sqltype(parameter.sql_type))
         optional = len(fixed) < len(function.duckdb_parameters)
         fn = _answering(token, function, 1 + len(fixed), optional)
-        con.create_function(function.duckdb_name, fn, [varchar] + fixed, duckdb.sqltype(function.sql_type), type="arrow", side_effects=False)
+        first = duckdb.sqltype(function.duckdb_prompt_type)
+        con.create_function(function.duckdb_name, fn, [first] + fixed, duckdb.sqltype(function.sql_type), type="arrow", side_effects=False)
     # prompt(template, *args ANY): a Python *args function is a DuckDB varargs function.
     con.create_function("prompt", lambda *arrays: _ANSWERING[token].prompt(*arrays), [varchar], varchar, type="arrow", side_effects=False)
     con.create_function(_MARKER + token, lambda: token, [], varchar, side_effects=False)

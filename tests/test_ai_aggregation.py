@@ -134,3 +134,21 @@ def test_group_ten_times_the_context_resumes_after_kill(tiny_engine, tmp_path):
     again = json.loads(resumed_stats.read_text())
     assert again["prompts_evaluated"] == total["prompts_evaluated"] - saved  # only what was missing
     assert again["prompts_cached"] >= saved
+
+
+def test_register_offers_ai_agg_over_a_list(make_connection, tiny_engine):
+    """DuckDB's Python API has no aggregate UDFs: aisql.register's ai_agg takes the group's list,
+    and answers exactly as the planned aggregate (the same sorted values, the same prompts)."""
+    import duckdb
+
+    import aisql
+
+    con = duckdb.connect()
+    aisql.register(con, engine=tiny_engine, cache=False)
+    con.sql("CREATE TABLE reviews AS FROM read_csv_auto('examples/data/reviews.csv')".replace("examples/", str(__import__("conftest").EXAMPLES) + "/"))
+    udf = con.sql(
+        "SELECT rating, ai_agg(list(review), 'Summarize the complaints') AS complaints, ai_summarize_agg(list(review)) AS summary "
+        "FROM reviews WHERE id <= 30 GROUP BY rating ORDER BY rating"
+    ).fetchall()
+    planned = make_connection().run(GROUPED).table.to_pylist()
+    assert udf == [tuple(row.values()) for row in planned]

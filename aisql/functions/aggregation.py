@@ -34,7 +34,15 @@ class AggregateFunction(AIFunction):
     request = Request.AGGREGATE
     sql_type = "VARCHAR"
     is_aggregate = True
-    duckdb_name = None  # DuckDB's Python API has no aggregate UDFs (see the README)
+    # DuckDB's Python API has no aggregate UDFs: aisql.register offers ai_agg(list(x), task) —
+    # a scalar function over the group's list, answered exactly as the planned aggregate.
+    duckdb_prompt_type = "VARCHAR[]"
+
+    def prompt_from_value(self, values) -> str:
+        """A group's list as the planned path sees it: its non-NULL values sorted, as JSON."""
+        import json
+
+        return json.dumps(sorted(v for v in values if v is not None), ensure_ascii=False, separators=(",", ":"))
 
     def group_values(self, value: exp.Expression) -> exp.Expression:
         """The group's sorted non-NULL values as one JSON list (NULL for a group without any)."""
@@ -51,6 +59,11 @@ class AggregateFunction(AIFunction):
             shown = node.sql(dialect="duckdb") if node is not None else "nothing"
             raise BindError(f"{spelling}: the task description must be a non-empty string literal, got {shown}", hint=f"e.g. {self.signature_hint}")
         return value.strip()
+
+    def options_from_values(self, instruction=None, *rest) -> AggregateOptions:
+        if not isinstance(instruction, str) or not instruction.strip():
+            raise BindError(f"{self.duckdb_name}: the task description must be a non-empty string")
+        return AggregateOptions(instruction.strip())
 
     def task(self, options: AggregateOptions) -> Task:
         return Task(self, Framing(system=SYSTEM), max_tokens=options.max_tokens, instruction=options.instruction)

@@ -9,6 +9,7 @@ from sqlglot import exp
 from aisql.errors import BindError
 from aisql.functions import arguments
 from aisql.functions.aggregation import AggregateFunction, AggregateOptions
+from aisql.functions.base import DuckDBParameter
 
 
 class AiAgg(AggregateFunction):
@@ -16,6 +17,8 @@ class AiAgg(AggregateFunction):
     spellings = ("AI_AGG", "AI.AGG")
     sqlglot_nodes = (exp.AIAgg,)
     signature_hint = "AI_AGG(review, 'Summarize the complaints in these reviews')"
+    duckdb_name = "ai_agg"
+    duckdb_parameters = (DuckDBParameter("task", "VARCHAR"),)
 
     def bind_arguments(self, spelling, positional, named):
         positional, named = list(positional), dict(named)

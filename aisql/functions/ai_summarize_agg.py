@@ -17,6 +17,10 @@ class AiSummarizeAgg(AggregateFunction):
     spellings = ("AI_SUMMARIZE_AGG", "AI.SUMMARIZE_AGG")
     sqlglot_nodes = (exp.AISummarizeAgg,)
     signature_hint = "AI_SUMMARIZE_AGG(review)"
+    duckdb_name = "ai_summarize_agg"
+
+    def options_from_values(self, *rest) -> AggregateOptions:
+        return AggregateOptions(SUMMARIZE)
 
     def bind_arguments(self, spelling, positional, named):
         positional, named = list(positional), dict(named)

@@ -121,6 +121,11 @@ class AIFunction:
     contents: ClassVar[int] = 0
     # The DuckDB function of `aisql.register`; None: not offered there (documented why).
     duckdb_name: ClassVar[str | None]
+    duckdb_prompt_type: ClassVar[str] = "VARCHAR"  # its first parameter's type
+
+    def prompt_from_value(self, value: Any) -> str:
+        """The prompt text of a registered DuckDB function's first argument."""
+        return value
 
     # ---- arguments ---------------------------------------------------------------------------
     def bind_arguments(
