@@ -19,7 +19,7 @@ from aisql.engine.base import ModelFacts, ModelProfile
 from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
 from aisql.paths import cache_root
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2  # 2: the context length (max_context) is part of the profile
 
 
 def load_tokenizer(directory: str | os.PathLike):
