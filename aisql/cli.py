@@ -271,12 +271,13 @@ def _apply(options):
 @click.option("--max-cost", type=click.FloatRange(min=0), metavar="USD", help="Stop before model time would cost more than USD (at --hardware's price).")
 @click.option("--on-overflow", type=click.Choice(["error", "truncate"]), default="error", show_default=True, help="A prompt longer than the model's context: fail, or cut its text.")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts (or 10 s).")
+@click.option("--approximate", is_flag=True, help="Approximate mode for every AI.IF: a proxy answers the rows it is sure of (recall and precision >= 0.9 vs the LLM, with probability >= 0.95); outputs say so.")
 @_embed_model
 @_handle_errors
 def run(
     query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation,
     output, output_all, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
-    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, embed_model,
+    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, approximate, embed_model,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
     from aisql.output import check_output_path, check_text_path, print_csv, print_json, print_json_line, print_table, write_table, write_text_atomically
@@ -312,6 +313,7 @@ def run(
             on_overflow=on_overflow,
             checkpoint_every=checkpoint_every,
             progress=progress,
+            approximate=approximate or None,
         )
     finally:
         if progress is not None:
@@ -322,6 +324,9 @@ def run(
     if quiet and model_note:  # --quiet hides notes, never what changes the answers' meaning (quantized weights)
         model_note = "; ".join(part for part in model_note.split("; ") if "quantiz" in part) or None
     note = f"model {result.model.name}: {model_note}" if model_note else None
+    approximate_note = _approximate_note(stats)  # never hidden: it changes what the rows mean
+    if approximate_note:
+        note = f"{note}; {approximate_note}" if note else approximate_note
     table = result.table
     # The model's note goes wherever its answers go: under a printed table, else to stderr
     # (never into CSV/JSON data).
@@ -493,6 +498,26 @@ def _open_cache(path: str | None):
     if path and not target.exists():
         raise DataError(f"result cache not found: {path}")
     return SqliteAnswerStore(target)
+
+
+def _approximate_note(stats) -> str | None:
+    """What approximate mode did, per node: the label every output of such a run carries."""
+    parts = []
+    for node in stats.nodes:
+        report = node.approximate
+        if not report:
+            continue
+        targets = report["targets"]
+        if report["fallback_to_exact"]:
+            parts.append(f"{node.node} evaluated exactly (approximate mode fell back: {report['fallback_to_exact']})")
+            continue
+        parts.append(
+            f"APPROXIMATE {node.node}: {report['proxy_answered']:,} of {report['rows']:,} prompts answered by the proxy, "
+            f"{report['llm_answered']:,} by the LLM (targets vs the LLM: recall >= {targets['recall']:g}, precision >= "
+            f"{targets['precision']:g}, probability >= {1 - targets['delta']:g}; sample estimates: recall "
+            f"{report['estimated_recall']}, precision {report['estimated_precision']})"
+        )
+    return "; ".join(parts) or None
 
 
 def _summary(result, output: str | None) -> None:

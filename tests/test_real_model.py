@@ -60,7 +60,7 @@ def test_smollm2_structured_output_always_parses(smollm2):
     con = aisql.connect(engine=smollm2, cache=False)
     result = con.run(
         "SELECT i, AI.GENERATE('Review of product number ' || i || ': rate it and name it.', "
-        "output_schema => 'product STRING, stars INT64, good BOOL', max_tokens => 24) AS r FROM range(200) t(i)"
+        "output_schema => 'product STRING, stars INT64, good BOOL', max_tokens => 20) AS r FROM range(200) t(i)"
     )
     values = result.table.column("r").to_pylist()
     assert len(values) == 200 and all(v is not None for v in values)
@@ -69,3 +69,33 @@ def test_smollm2_structured_output_always_parses(smollm2):
         assert value["product"] is None or isinstance(value["product"], str)
         assert value["stars"] is None or isinstance(value["stars"], int)
         assert value["good"] is None or isinstance(value["good"], bool)
+
+
+def test_smollm2_approximate_mode_answers_with_the_proxy_and_says_so(smollm2, tmp_path):
+    """300 reviews (two or three of the sentences above of one polarity): the proxy learns
+    SmolLM2's answers from a sample and answers most rows itself; recall and precision against
+    the model's own answers reach the targets; the run says it is approximate; a later exact run
+    on the same cache asks the model for every row the proxy answered (never cached as its)."""
+    import itertools
+
+    import aisql
+
+    texts = [" ".join(p) for group in (POSITIVE, NEGATIVE) for k in (2, 3) for p in itertools.permutations(group, k)]
+    table = pa.table({"id": list(range(len(texts))), "text": texts})
+    cache = tmp_path / "answers.sqlite"
+    question = "Is the following movie review positive? {text}"
+    con = aisql.connect(engine=smollm2, cache=cache)
+    con.register("reviews", table)
+    options = "{'recall': 0.8, 'precision': 0.8, 'delta': 0.2, 'sample': 120}"
+    approximate = con.run(f"SELECT id, AI.IF(PROMPT('{question}'), {options}) AS positive FROM reviews ORDER BY id")
+    report = approximate.stats.nodes[0].approximate
+    assert not report["fallback_to_exact"], report
+    assert report["proxy_answered"] > 60 and approximate.stats.is_approximate
+    exact_con = aisql.connect(engine=smollm2, cache=cache)
+    exact_con.register("reviews", table)
+    exact = exact_con.run(f"SELECT id, AI.IF(PROMPT('{question}')) AS positive FROM reviews ORDER BY id")
+    llm = {r["id"]: r["positive"] for r in exact.table.to_pylist()}
+    got = {r["id"]: r["positive"] for r in approximate.table.to_pylist()}
+    tp = sum(1 for i in got if got[i] and llm[i])
+    assert tp / max(1, sum(llm.values())) >= 0.8 and tp / max(1, sum(got.values())) >= 0.8
+    assert exact.stats.totals()["prompts_evaluated"] == len(texts) - report["llm_answered"]

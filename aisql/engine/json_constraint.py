@@ -21,175 +21,14 @@ draft token is kept only where it is the constrained choice the row would make w
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 import torch
 
-DEAD_END = -1  # the row ends here (no token may follow)
-JSON_PREFIX = "json:"  # a GenerateRequest.grammar naming a JSON schema: "json:" + the schema
+from aisql.engine.json_document import DEAD_END, JSON_PREFIX, fields_of, flat_schema, shortest_completion
 
-
-@dataclass(frozen=True)
-class Field:
-    name: str
-    kind: str  # "string" | "integer" | "number" | "boolean"
-    array: bool = False
-
-
-def flat_schema(fields: Sequence[Field]) -> dict:
-    """The JSON schema of an object with exactly these fields, in this order, each nullable (a
-    SQL NULL: the text does not say, or the budget ran out before it)."""
-    properties = {}
-    for field in fields:
-        if field.array:
-            properties[field.name] = {"type": ["array", "null"], "items": {"type": field.kind}}
-        else:
-            properties[field.name] = {"type": [field.kind, "null"]}
-    return {"type": "object", "properties": properties, "required": [f.name for f in fields], "additionalProperties": False}
-
-
-def grammar_of(fields: Sequence[Field]) -> str:
-    """A GenerateRequest.grammar for these fields (also part of the task's cache key)."""
-    return JSON_PREFIX + json.dumps([[f.name, f.kind, f.array] for f in fields], separators=(",", ":"))
-
-
-def fields_of(grammar: str) -> tuple[Field, ...]:
-    return tuple(Field(name, kind, array) for name, kind, array in json.loads(grammar[len(JSON_PREFIX) :]))
-
-
-# ---- the shortest completion of a compact JSON prefix ----------------------------------------------
-_EMPTY = {"string": '""', "integer": "0", "number": "0", "boolean": "false"}
-_LITERALS = ("true", "false", "null")
-
-
-def shortest_completion(text: str, fields: Sequence[Field]) -> str:
-    """The shortest text that makes `text` — a prefix of a compact document of `flat_schema(fields)`
-    — a whole document: fields not reached are null, an open array is closed as it stands."""
-    state = _scan(text)
-    if state.expect == "done":
-        return text
-    out = ""
-    if state.in_string:
-        if state.escape == 1:
-            out += "\\"  # "\" + "\" is an escaped backslash
-        elif state.escape > 1:
-            out += "0" * (6 - state.escape)  # \uXXXX: pad the hex digits
-        if state.string_is_key:  # finish the field name it can only be, then null
-            name = next(f.name for f in fields if f.name not in state.keys and f.name.startswith(state.buffer))
-            return text + name[len(state.buffer) :] + '":null' + _close_object(state.keys + [name], fields)
-        out += '"'
-        state.after_value = True
-    elif state.partial:
-        out += _finish_scalar(state.partial)
-        state.after_value = True
-    if state.in_array:
-        if not state.after_value and state.array_needs_item:  # "[1," needs an item
-            out += _EMPTY[_field(fields, state.current_key).kind]
-        out += "]"
-        state.after_value = True
-    if state.expect == "colon":  # after "key"
-        out += ":null"
-    elif state.expect == "value" and not state.after_value:  # after "key":
-        out += "null"
-    elif state.expect == "object":  # nothing yet
-        return text + "{" + ",".join(f'"{f.name}":null' for f in fields) + "}"
-    keys = state.keys + ([state.current_key] if state.current_key is not None and state.current_key not in state.keys else [])
-    if state.expect == "key_after_comma":
-        rest = [f for f in fields if f.name not in keys]
-        return text + out + ",".join(f'"{f.name}":null' for f in rest) + "}"
-    return text + out + _close_object(keys, fields)
-
-
-def _close_object(keys: list[str], fields: Sequence[Field]) -> str:
-    rest = [f for f in fields if f.name not in keys]
-    lead = "," if keys else ""
-    return (lead + ",".join(f'"{f.name}":null' for f in rest) if rest else "") + "}"
-
-
-def _field(fields: Sequence[Field], name: str | None) -> Field:
-    return next((f for f in fields if f.name == name), fields[0])
-
-
-def _finish_scalar(partial: str) -> str:
-    for word in _LITERALS:
-        if word.startswith(partial):
-            return word[len(partial) :]
-    if partial[-1] in "-+eE.":
-        return "0"
-    return ""
-
-
-@dataclass
-class _State:
-    expect: str = "object"  # object | key | key_after_comma | value | done
-    in_string: bool = False
-    string_is_key: bool = False
-    escape: int = 0  # 0: none; 1: after "\"; 2..5: inside \uXXXX (hex digits seen + 2)
-    partial: str = ""  # a number or literal being written
-    in_array: bool = False
-    array_needs_item: bool = False
-    after_value: bool = False
-    current_key: str | None = None
-    keys: list[str] = None  # type: ignore[assignment]
-    buffer: str = ""
-
-
-def _scan(text: str) -> _State:
-    """Where a compact, flat document prefix stands (objects of scalars and arrays of scalars)."""
-    s = _State(keys=[])
-    for ch in text:
-        if s.in_string:
-            if s.escape == 1:
-                s.escape = 2 if ch == "u" else 0
-            elif s.escape >= 2:
-                s.escape = s.escape + 1 if s.escape < 5 else 0
-            elif ch == "\\":
-                s.escape = 1
-            elif ch == '"':
-                s.in_string = False
-                if s.string_is_key:
-                    s.current_key = s.buffer
-                    s.expect = "colon"
-                else:
-                    s.after_value = True
-            else:
-                s.buffer += ch
-            continue
-        if s.partial and ch not in "0123456789-+.eEtruefalsn":
-            s.partial, s.after_value = "", True
-        if ch == "{":
-            s.expect = "key"
-        elif ch == '"':
-            s.in_string, s.buffer = True, ""
-            s.string_is_key = s.expect in ("key", "key_after_comma")
-            s.after_value = False
-        elif ch == ":":
-            s.expect, s.after_value = "value", False
-        elif ch == "[":
-            s.in_array, s.array_needs_item, s.after_value = True, False, False
-        elif ch == "]":
-            s.in_array, s.after_value = False, True
-        elif ch == ",":
-            if s.in_array:
-                s.array_needs_item, s.after_value = True, False
-            else:
-                if s.current_key is not None and s.current_key not in s.keys:
-                    s.keys.append(s.current_key)
-                s.expect, s.after_value, s.current_key = "key_after_comma", False, None
-        elif ch == "}":
-            s.expect = "done"
-        else:
-            s.partial += ch
-            s.after_value = False
-            s.array_needs_item = False
-    if s.partial and s.partial in _LITERALS or (s.partial and s.partial[-1].isdigit()):
-        # a whole literal or a number that may stop here: nothing to finish
-        s.partial, s.after_value = "", True
-    return s
 
 
 # ---- one row of a batch ----------------------------------------------------------------------------
@@ -301,16 +140,7 @@ class JsonRow:
         return allowed
 
     def verify(self, draft: Sequence[int], logits: torch.Tensor, remaining: int) -> tuple[list[int], int]:
-        """Speculation under the constraint: the draft's longest prefix equal to the row's own
-        constrained choices, then the row's choice after it; and how many draft tokens were kept."""
-        emitted: list[int] = []
-        for index in range(len(draft) + 1):
-            tokens = self.next(logits[index], remaining - index)
-            if index < len(draft) and tokens == [draft[index]]:
-                emitted.extend(tokens)
-                continue
-            return emitted + tokens, index
-        return emitted, len(draft)  # not reached
+        return verify_draft(self, draft, logits, remaining)
 
 
 def _missing_bytes(data: bytes) -> int:
@@ -344,14 +174,21 @@ class LiteralRow:
         return [choice]
 
     def verify(self, draft: Sequence[int], logits: torch.Tensor, remaining: int) -> tuple[list[int], int]:
-        emitted: list[int] = []
-        for index in range(len(draft) + 1):
-            tokens = self.next(logits[index], remaining - index)
-            if index < len(draft) and tokens == [draft[index]]:
-                emitted.extend(tokens)
-                continue
-            return emitted + tokens, index
-        return emitted, len(draft)
+        return verify_draft(self, draft, logits, remaining)
+
+
+def verify_draft(row, draft: Sequence[int], logits: torch.Tensor, remaining: int) -> tuple[list[int], int]:
+    """Speculation under a constraint: the draft's longest prefix equal to the row's own
+    constrained choices (each taken as `row.next` would without drafts), then the row's choice
+    after it; and how many draft tokens were kept. So drafting never changes an answer."""
+    emitted: list[int] = []
+    for index in range(len(draft) + 1):
+        tokens = row.next(logits[index], remaining - index)
+        if index < len(draft) and tokens == [draft[index]]:
+            emitted.extend(tokens)
+            continue
+        return emitted + tokens, index
+    return emitted, len(draft)  # not reached: the loop returns at index len(draft)
 
 
 def row_constraint(grammar: str, tokenizer, stop_ids: tuple[int, ...]):

@@ -212,3 +212,19 @@ def _unit(vector: Sequence[float]) -> np.ndarray:
     row = np.asarray(vector, dtype=np.float32)
     norm = np.linalg.norm(row)
     return row / norm if norm > 0 else row
+
+
+def vectors_for(texts: Sequence[str], embeddings: EmbeddingSource, store, lock, chunk: int = 256) -> np.ndarray:
+    """The embedding model's vectors of `texts` as a matrix (the result cache first, the rest
+    embedded in sorted chunks, each committed): for callers other than an embedding node (the
+    approximate mode's proxy)."""
+    key = f"{embeddings.embedding_model().fingerprint}/{EMBEDDING_TASK}"
+    known = {t: a.value for t, a in store.get_many(key, list(texts)).items()}
+    todo = sorted(t for t in set(texts) if t not in known)
+    for start in range(0, len(todo), chunk):
+        part = todo[start : start + chunk]
+        with lock:
+            vectors, lengths = embeddings.embedder().embed(part)
+        store.put_many(key, {t: Answer(value=v, cost=n) for t, v, n in zip(part, vectors, lengths)})
+        known.update(zip(part, vectors))
+    return np.asarray([known[t] for t in texts], dtype=np.float32)

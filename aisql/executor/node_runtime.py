@@ -61,7 +61,11 @@ class NodeRuntime:
         started = time.perf_counter()
         prompts = self._input_prompts(con)
         self.stats.rows_in += prompts.rows_in
-        self._answer(prompts)
+        targets = self.options.targets_for(self.call)
+        if targets is not None:
+            self._answer_approximately(prompts, targets)
+        else:
+            self._answer(prompts)
         self.stats.wall_s += time.perf_counter() - started
 
     def prefetch_until(self, con: duckdb.DuckDBPyConnection, enough: Callable[[], bool], first_chunk: int) -> None:
@@ -150,6 +154,39 @@ class NodeRuntime:
             raise self._located(err) from None
         for values, text in prompts.text_of.items():
             self.values[values] = known[text].value
+
+    def _answer_approximately(self, prompts: PromptSet, targets) -> None:
+        """Approximate mode (opt-in): the LLM answers a sample and the rows the proxy is unsure
+        of; the proxy the rest (aisql.executor.cascade). Proxy answers stay in this run."""
+        from aisql.executor.cascade import run_cascade
+        from aisql.executor.embedding_runtime import vectors_for
+
+        if self.options.embeddings is None:
+            raise AisqlError("approximate mode needs the embedding model, and this run has none")
+        self.stats.prompts_total += sum(prompts.counts.values())
+        self.stats.prompts_unique += len(prompts.counts)
+        tuple_of = {text: values for values, text in prompts.text_of.items()}
+
+        def ask_llm(texts: list[str]) -> dict:
+            if not texts:
+                return {}
+            before = self.stats.prompts_total, self.stats.prompts_unique
+            self._answer(prompts.subset(texts))
+            self.stats.prompts_total, self.stats.prompts_unique = before  # counted once, above
+            return {text: self.values[tuple_of[text]] for text in texts}
+
+        try:
+            answers, report = run_cascade(
+                list(prompts.counts),
+                targets,
+                ask_llm=ask_llm,
+                embed=lambda texts: vectors_for(texts, self.options.embeddings, self.store, self.lock),
+            )
+        except AisqlError as err:
+            raise self._located(err) from None
+        for values, text in prompts.text_of.items():
+            self.values[values] = answers[text]
+        self.stats.approximate = report.to_dict()
 
     def _anchor_groups(self, prompts: PromptSet):
         """An AI join anchored on a table that is not the prompt's leading part: evaluate its

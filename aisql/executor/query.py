@@ -66,6 +66,26 @@ class RunRequest:
     checkpoint_every: int = 256
     checkpoint_seconds: float = 10.0
     progress: Progress | None = None  # None: silence
+    # Approximate mode for every AI.IF (opt-in): True for the default targets, or a dict of
+    # recall / precision / delta / sample / seed (aisql.executor.cascade). Naive runs stay exact.
+    approximate: bool | dict | None = None
+
+
+def approximate_targets(value: bool | dict | None):
+    """RunRequest.approximate as cascade Targets (None: exact)."""
+    from aisql.executor.cascade import Targets
+
+    if not value:
+        return None
+    if value is True:
+        return Targets()
+    unknown = set(value) - {"recall", "precision", "delta", "sample", "seed"}
+    if unknown:
+        raise AisqlError(f"unknown approximate option {sorted(unknown)[0]!r}", hint="recall, precision, delta, sample, seed")
+    for key in ("recall", "precision", "delta"):
+        if key in value and not 0.0 < float(value[key]) < 1.0:
+            raise AisqlError(f"approximate {key} must be between 0 and 1 (exclusive), got {value[key]}")
+    return Targets(**value)
 
 
 def bind_script(source: SourceText, dialect: str | None = None, params: Parameters = None) -> list[BoundStatement]:
@@ -114,6 +134,8 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         on_overflow=request.on_overflow,
         budget=budget,
         progress=request.progress or NoProgress(),
+        approximate=None if request.naive else approximate_targets(request.approximate),
+        embeddings=session,
     )
     executor = Executor(
         con,

@@ -41,6 +41,7 @@ class NodeStats:
     peak_kv_bytes: int = 0
     wall_s: float = 0.0
     model_kind: str = "llm"  # "embedding": answered by the embedding model (AI.EMBED, AI.SIMILARITY)
+    approximate: dict | None = None  # approximate mode's report (aisql.executor.cascade.CascadeReport)
 
     def add_engine(self, delta: EngineStats) -> None:
         for name in _FROM_ENGINE:
@@ -85,6 +86,11 @@ class RunStats:
     nodes: list[NodeStats] = field(default_factory=list)
     wall_s: float = 0.0
 
+    @property
+    def is_approximate(self) -> bool:
+        """Did a proxy answer any row (approximate mode, not fallen back to exact)?"""
+        return any(n.approximate and not n.approximate.get("fallback_to_exact") for n in self.nodes)
+
     def totals(self) -> dict[str, int]:
         return {key: sum(getattr(n, key) for n in self.nodes) for key in _SUMMED}
 
@@ -97,6 +103,7 @@ class RunStats:
         data = {"model": self.model, "model_note": self.model_note, "mode": self.mode}
         if self.embed_model:
             data["embed_model"] = self.embed_model
+        data["approximate"] = self.is_approximate
         data.update(self.totals())
         data["peak_kv_bytes"] = max((n.peak_kv_bytes for n in self.nodes), default=0)
         drafts = data["draft_tokens"]

@@ -53,6 +53,18 @@ class AggregateFunction(AIFunction):
         )
         return exp.Anonymous(this="to_json", expressions=[exp.Anonymous(this="list_sort", expressions=[collected])])
 
+    def read_value(self, spelling: str, positional: list[exp.Expression], named: dict[str, exp.Expression], what: str) -> exp.Expression:
+        """The values argument (positional, or Snowflake's `expr =>`)."""
+        value = named.pop("expr", None) or (positional.pop(0) if positional else None)
+        if value is None:
+            raise BindError(f"{spelling} needs {what}", hint=f"e.g. {self.signature_hint}")
+        return value
+
+    def finish(self, spelling: str, positional: list[exp.Expression], named: dict[str, exp.Expression]) -> None:
+        if positional or named:
+            extra = positional[0].sql(dialect="duckdb") if positional else next(iter(named))
+            raise BindError(f"{spelling}: too many arguments ({extra} is not expected)", hint=f"e.g. {self.signature_hint}")
+
     def read_instruction(self, spelling: str, node: exp.Expression | None) -> str:
         value = arguments.literal_value(node) if node is not None else None
         if not isinstance(value, str) or not value.strip():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from aisql.errors import BindError
 from aisql.functions import arguments
 from aisql.functions.aggregation import AggregateFunction, AggregateOptions
 from aisql.functions.base import DuckDBParameter
@@ -22,14 +21,10 @@ class AiAgg(AggregateFunction):
 
     def bind_arguments(self, spelling, positional, named):
         positional, named = list(positional), dict(named)
-        value = named.pop("expr", None) or (positional.pop(0) if positional else None)
-        if value is None:
-            raise BindError(f"{spelling} needs the values to aggregate and a task description", hint=f"e.g. {self.signature_hint}")
+        value = self.read_value(spelling, positional, named, "the values to aggregate and a task description")
         description = named.pop("task_description", None) or (positional.pop(0) if positional else None)
         instruction = self.read_instruction(spelling, description)
-        if positional or named:
-            extra = positional[0].sql(dialect="duckdb") if positional else next(iter(named))
-            raise BindError(f"{spelling}: too many arguments ({extra} is not expected)", hint=f"e.g. {self.signature_hint}")
+        self.finish(spelling, positional, named)
         return self.group_values(value), AggregateOptions(instruction), {}, arguments.VendorArguments()
 
 

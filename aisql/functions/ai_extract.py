@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from aisql.engine.json_constraint import JSON_PREFIX, Field, fields_of, grammar_of
+from aisql.engine.json_document import JSON_PREFIX, Field, fields_of, grammar_of
 from aisql.engine.prompt_format import Framing
 from aisql.errors import BindError
 from aisql.functions import arguments, structured_output

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from aisql.engine.json_constraint import JSON_PREFIX, Field, fields_of, grammar_of
+from aisql.engine.json_document import JSON_PREFIX, Field, fields_of, grammar_of
 from aisql.engine.prompt_format import Framing
 from aisql.errors import BindError
 from aisql.functions import arguments, structured_output

@@ -44,14 +44,7 @@ class AiSimilarity(EmbeddingFunction):
                 notes.append(f"{spelling}: model {value!r} named in the query; aisql embeds with its --embed-model")
         contents, more = self.read_contents(spelling, positional, named)
         vendor = arguments.read_vendor_arguments(spelling, named)
-        hints_node = named.pop("options", None)
-        if hints_node is None and positional and isinstance(positional[0], exp.Struct):
-            hints_node = positional.pop(0)
-        hints = arguments.read_hints(spelling, hints_node) if hints_node is not None else {}
-        if positional:
-            raise BindError(f"{spelling}: too many arguments ({positional[0].sql(dialect='duckdb')} is not expected)")
-        if named:
-            raise BindError(f"{spelling}: unknown argument {next(iter(named))!r}", hint=f"e.g. {self.signature_hint}")
+        hints = self.read_hints_and_finish(spelling, positional, named)
         vendor = dataclasses.replace(vendor, notes=vendor.notes + tuple(notes + more))
         return exp.Tuple(expressions=contents), Options(), hints, vendor
 

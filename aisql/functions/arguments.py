@@ -15,7 +15,8 @@ from sqlglot import exp
 from aisql.errors import BindError
 
 MAX_MAX_TOKENS = 8192
-HINT_KEYS = {"selectivity", "anchor"}
+HINT_KEYS = {"selectivity", "anchor", "recall", "precision", "delta", "sample", "seed"}
+APPROXIMATE_KEYS = ("recall", "precision", "delta", "sample", "seed")  # approximate mode's targets (AI.IF)
 
 
 def literal_value(node: exp.Expression) -> Any:
@@ -97,7 +98,11 @@ def read_hints(spelling: str, node: exp.Expression) -> dict[str, Any]:
             raise BindError(f"{spelling}: option 'selectivity' must be a number between 0 and 1")
         if key == "anchor" and not isinstance(value, str):
             raise BindError(f"{spelling}: option 'anchor' must be a table alias in quotes")
-        hints[key] = float(value) if key == "selectivity" else value
+        if key in ("recall", "precision", "delta") and not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 < float(value) < 1.0):
+            raise BindError(f"{spelling}: option {key!r} must be a number between 0 and 1 (exclusive)")
+        if key in ("sample", "seed") and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            raise BindError(f"{spelling}: option {key!r} must be a whole number, 0 or more")
+        hints[key] = float(value) if key in ("selectivity", "recall", "precision", "delta") else value
     return hints
 
 
@@ -112,6 +117,7 @@ PLUMBING = {
     "optimization_mode": "BigQuery's optimized mode; aisql evaluates every row with its model",
     "max_error_ratio": "BigQuery's tolerance for failed rows; aisql fails the query on an error",
 }
+OPTIMIZED = ("embeddings", "optimization_mode")  # BigQuery's optimized mode: approximate mode where a function has one
 GENERATION_CONFIG_KEYS = {"max_output_tokens", "temperature", "thinking_config", "top_p", "top_k", "candidate_count", "seed"}
 
 
@@ -123,14 +129,28 @@ class VendorArguments:
     max_output_tokens: int | None = None
     notes: tuple[str, ...] = ()
     sampling: dict = field(default_factory=dict)  # temperature / top_p / seed for functions that sample
+    approximate: bool = False  # BigQuery's optimized mode asked for (optimization_mode, embeddings)
 
 
-def read_vendor_arguments(spelling: str, named: dict[str, exp.Expression], samples: bool = False) -> VendorArguments:
+def read_vendor_arguments(spelling: str, named: dict[str, exp.Expression], samples: bool = False, approximates: bool = False) -> VendorArguments:
     """Take BigQuery's named arguments out of `named` (in place). `samples`: the function takes
-    temperature / top_p / seed, which `model_params.generation_config` may then give."""
+    temperature / top_p / seed, which `model_params.generation_config` may then give.
+    `approximates`: it has an approximate mode, which BigQuery's optimized mode turns on."""
     notes: list[str] = []
     endpoint = max_output_tokens = None
     sampling: dict[str, exp.Expression] = {}
+    approximate = False
+    if approximates:
+        if "optimization_mode" in named:
+            node = named.pop("optimization_mode")
+            mode = literal_value(node)
+            if not isinstance(mode, str) or mode.upper() != "MINIMIZE_COST":
+                raise BindError(f"{spelling}: optimization_mode must be 'MINIMIZE_COST', got {node.sql(dialect='duckdb')}", hint="leave it out for exact answers")
+            approximate = True
+        if "embeddings" in named:  # BigQuery: MINIMIZE_COST is the default when embeddings are given
+            named.pop("embeddings")
+            approximate = True
+            notes.append(f"{spelling}: embeddings => not read (aisql's proxy embeds the prompt with its embedding model)")
     for key, meaning in PLUMBING.items():
         if key in named:
             named.pop(key)
@@ -159,7 +179,7 @@ def read_vendor_arguments(spelling: str, named: dict[str, exp.Expression], sampl
                     notes.append(f"{spelling}: model_params.generation_config.{setting} ignored (aisql answers deterministically, greedy)")
                 else:
                     notes.append(f"{spelling}: model_params.generation_config.{setting} ignored (unknown setting)")
-    return VendorArguments(endpoint, max_output_tokens, tuple(notes), sampling)
+    return VendorArguments(endpoint, max_output_tokens, tuple(notes), sampling, approximate)
 
 
 def _json_argument(spelling: str, name: str, node: exp.Expression) -> dict:

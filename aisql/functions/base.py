@@ -145,7 +145,7 @@ class AIFunction:
         if not positional:
             raise BindError(f"{spelling} needs a prompt argument", hint=f"e.g. {self.signature_hint}")
         prompt = positional.pop(0)
-        vendor = arguments.read_vendor_arguments(spelling, named, samples=self.samples)
+        vendor = arguments.read_vendor_arguments(spelling, named, samples=self.samples, approximates=self.approximates)
         for key, value in vendor.sampling.items():
             named.setdefault(key, value)
         if vendor.max_output_tokens is not None:
@@ -155,17 +155,27 @@ class AIFunction:
                 note = f"{spelling}: model_params.generation_config.max_output_tokens ignored (answered in one forward pass, no decoding)"
                 vendor = dataclasses.replace(vendor, notes=vendor.notes + (note,))
         options = self.read_options(spelling, positional, named)
+        hints = self.read_hints_and_finish(spelling, positional, named)
+        if any(key in hints for key in arguments.APPROXIMATE_KEYS) and not self.approximates:
+            raise BindError(f"{spelling} has no approximate mode (AI.IF has): recall / precision / delta do not apply")
+        if vendor.approximate:
+            hints["approximate"] = True
+        return prompt, options, hints, vendor
+
+    def read_hints_and_finish(self, spelling: str, positional: list[exp.Expression], named: dict[str, exp.Expression]) -> dict[str, Any]:
+        """The planner hints struct that may end a call, then nothing may be left over."""
         hints_node = named.pop("options", None)
         if hints_node is None and positional and isinstance(positional[0], exp.Struct):
             hints_node = positional.pop(0)
         hints = arguments.read_hints(spelling, hints_node) if hints_node is not None else {}
         if positional:
-            raise BindError(f"{spelling}: too many arguments ({positional[0].sql(dialect='duckdb')!s} is not expected)")
+            raise BindError(f"{spelling}: too many arguments ({positional[0].sql(dialect='duckdb')!s} is not expected)", hint=f"e.g. {self.signature_hint}")
         if named:
             raise BindError(f"{spelling}: unknown argument {next(iter(named))!r}", hint=f"e.g. {self.signature_hint}")
-        return prompt, options, hints, vendor
+        return hints
 
     samples: ClassVar[bool] = False  # accepts temperature / top_p / seed (seeded sampling)
+    approximates: ClassVar[bool] = False  # has an opt-in approximate mode (aisql.executor.cascade)
 
     @property
     def takes_max_tokens(self) -> bool:

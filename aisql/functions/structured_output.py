@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from sqlglot import exp
 
-from aisql.engine.json_constraint import Field
+from aisql.engine.json_document import Field
 from aisql.errors import BindError
 
 _KINDS = {

@@ -129,6 +129,7 @@ def plan_to_dict(plan: Plan, estimate: PlanEstimate | None) -> dict:
                 "anchor": node.anchor,
                 "estimate": q,
                 "estimate_reason": est.reason if est else "",
+                "approximate": approximate_line(node, est) if est else None,
                 "rows_in": round(est.rows_in) if known else None,
                 "prompts_total": round(est.prompts_total) if known else None,
                 "prompts_unique": round(est.prompts_unique) if known else None,
@@ -178,6 +179,9 @@ def plans_tree(plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], 
                 branch.add(_cost_line(est.naive, est.plan, calibrated))
                 if est.reason:
                     branch.add(f"[dim]{est.reason}[/dim]")
+                cascade = approximate_line(node, est)
+                if cascade:
+                    branch.add(f"[yellow]{cascade}[/yellow]")
                 if est.selectivity is not None or est.input_factor != 1.0:
                     sel = f"selectivity {est.selectivity.value:.2f} ({est.selectivity.source})" if est.selectivity else ""
                     share = f"input {est.input_factor:.0%} of its AI-free rows" if est.input_factor != 1.0 else ""
@@ -190,6 +194,25 @@ def plans_tree(plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], 
         if estimate is not None and plan.nodes:
             stmt.add("[bold]total[/bold]  " + _cost_line(estimate.naive, estimate.plan, calibrated))
     return root
+
+
+def approximate_line(node, est) -> str | None:
+    """The cascade an AI.IF in approximate mode runs (its call's options), with the LLM calls it
+    may make: the sample at least, at most MAX_LLM_SHARE of the prompts (beyond: exact)."""
+    from aisql.executor.cascade import MAX_LLM_SHARE, Targets, sample_size
+
+    hints = node.call.hints
+    keys = ("recall", "precision", "delta", "sample", "seed")
+    if not node.call.function.approximates or not (hints.get("approximate") or any(k in hints for k in keys)):
+        return None
+    targets = Targets(**{k: hints[k] for k in keys if k in hints})
+    unique = int(est.prompts_unique or 0)
+    sample = min(unique, targets.sample or sample_size(unique))
+    most = max(sample, int(MAX_LLM_SHARE * unique))
+    return (
+        f"approximate (proxy cascade): {targets.describe()} vs the LLM; the LLM answers {sample:,} to {most:,} of "
+        f"{unique:,} prompts (more would fall back to exact)"
+    )
 
 
 def _cost_line(naive: Side, plan: Side, calibrated: bool = False) -> str:

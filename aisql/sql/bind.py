@@ -87,6 +87,10 @@ def bind_statement(
     for select, index, name in names:
         projection = select.expressions[index]
         projection.replace(exp.alias_(projection.copy(), name, quoted=True))
+    # A call inside an argument that was read and dropped (BigQuery's `embeddings => AI.EMBED(...)`)
+    # is not in the statement any more: it never runs.
+    present = {node.name.lower() for node in ast.find_all(exp.Anonymous)}
+    calls = [c for c in calls if c.function_name.lower() in present]
     calls.sort(key=lambda c: int(c.id.split("_")[1]))
     return BoundStatement(statement=statement, ast=ast, calls=calls)
 

@@ -1,0 +1,158 @@
+"""Approximate mode (the proxy cascade) against exact AI.IF: LLM calls, wall time, and whether
+the recall/precision promise holds — over many seeds, against the LLM's own answers and the
+human labels.
+
+    python benchmarks/cascade.py [--model smollm2] [--seeds 100] [--only sembench,beer,...]
+
+SemBench movie: the sentiment predicate over all 2,000 reviews (no LIMIT). GGR: the AI.IF tasks
+(100 rows each: the sample is the whole input, so the cascade falls back to exact — shown).
+Per predicate: an exact run from an empty cache (wall time, LLM calls), an approximate run from
+an empty cache (seed 0: embeddings, sample, proxy, middle), then `--seeds` approximate runs with
+other seeds on the exact run's cache (cheap: every LLM answer is cached; the cascade's choices are
+exactly what a cold run with that seed would make). A seed fails when its recall or precision
+against the LLM's answers is below the target; failures must stay within the binomial 95% upper
+bound for delta. Results: results/cascade_<model>.json; the table is RESULTS.md §17.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import aisql  # noqa: E402
+from accuracy import GGR, SEMBENCH_PROMPT, ggr_table, sembench_tables  # noqa: E402
+
+TARGETS = {"recall": 0.9, "precision": 0.9, "delta": 0.05}
+
+
+def predicates() -> dict[str, dict]:
+    """name -> table (Arrow), id column, AI.IF prompt (PROMPT template), human label per id."""
+    out = {}
+    reviews = sembench_tables()["reviews"]
+    out["sembench_sentiment"] = {
+        "table": reviews,
+        "id": "reviewId",
+        "template": SEMBENCH_PROMPT,
+        "labels": dict(zip(reviews.column("reviewId").to_pylist(), (s == "POSITIVE" for s in reviews.column("scoreSentiment").to_pylist()))),
+    }
+    for name, spec in GGR.items():
+        if "labels" in spec:
+            continue  # AI.CLASSIFY tasks: the cascade is for AI.IF
+        table, labels = ggr_table(name)
+        out[f"ggr_{name}"] = {
+            "table": table,
+            "id": "row",
+            "template": spec["template"],
+            "labels": {i: l["manual_labels"] in ("YES", "TRUE", "1") for i, l in enumerate(labels)},
+        }
+    return out
+
+
+def query(spec: dict, options: str = "") -> str:
+    prompt = "PROMPT('" + spec["template"].replace("'", "''") + "')"
+    return f"SELECT {spec['id']} AS id, AI.IF({prompt}{options}) AS answer FROM data"
+
+
+def scores(answers: dict, truth: dict) -> tuple[float, float]:
+    """(recall, precision) of `answers` against `truth` (both id -> bool; NULL answers are FALSE)."""
+    tp = sum(1 for i, a in answers.items() if a and truth.get(i))
+    positives = sum(1 for i in answers if truth.get(i))
+    predicted = sum(1 for a in answers.values() if a)
+    return (tp / positives if positives else 1.0), (tp / predicted if predicted else 1.0)
+
+
+def run_predicate(name: str, spec: dict, model: str, seeds: int, scratch: Path) -> dict:
+    def connect(cache: Path) -> aisql.Connection:
+        con = aisql.connect(model=model, cache=cache)
+        con.register("data", spec["table"])
+        return con
+
+    exact_con = connect(scratch / f"{name}_exact.sqlite")
+    started = time.perf_counter()
+    exact = exact_con.run(query(spec))
+    exact_wall = time.perf_counter() - started
+    llm = {r["id"]: bool(r["answer"]) for r in exact.table.to_pylist() if r["answer"] is not None}
+    record = {
+        "rows": len(llm),
+        "exact": {"wall_s": round(exact_wall, 2), "llm_calls": exact.stats.totals()["prompts_evaluated"]},
+        "llm_vs_labels": dict(zip(("recall", "precision"), (round(x, 4) for x in scores(llm, spec["labels"])))),
+    }
+    cold_con = connect(scratch / f"{name}_approximate.sqlite")
+    options = ", {" + ", ".join(f"'{k}': {v}" for k, v in TARGETS.items()) + "}"
+    started = time.perf_counter()
+    cold = cold_con.run(query(spec, options))
+    report = cold.stats.nodes[0].approximate
+    record["approximate_cold"] = {
+        "wall_s": round(time.perf_counter() - started, 2),
+        "llm_calls": cold.stats.totals()["prompts_evaluated"],
+        "fallback": report["fallback_to_exact"],
+        "proxy_answered": report["proxy_answered"],
+    }
+    runs = []
+    for seed in range(seeds):
+        seeded = options[:-1] + f", 'seed': {seed}}}"
+        result = exact_con.run(query(spec, seeded))
+        report = result.stats.nodes[0].approximate
+        answers = {r["id"]: bool(r["answer"]) for r in result.table.to_pylist() if r["answer"] is not None}
+        recall, precision = scores(answers, llm)
+        human = scores(answers, spec["labels"])
+        runs.append(
+            {
+                "seed": seed,
+                "llm_calls": report["llm_answered"],
+                "fallback": bool(report["fallback_to_exact"]),
+                "recall_vs_llm": recall,
+                "precision_vs_llm": precision,
+                "recall_vs_labels": human[0],
+                "precision_vs_labels": human[1],
+            }
+        )
+    failures = sum(1 for r in runs if r["recall_vs_llm"] < TARGETS["recall"] or r["precision_vs_llm"] < TARGETS["precision"])
+    from scipy.stats import binom
+
+    record["seeds"] = {
+        "count": seeds,
+        "fallbacks": sum(r["fallback"] for r in runs),
+        "llm_calls_mean": round(sum(r["llm_calls"] for r in runs) / seeds, 1),
+        "llm_call_share_mean": round(sum(r["llm_calls"] for r in runs) / seeds / max(1, record["rows"]), 4),
+        "recall_vs_llm_min": round(min(r["recall_vs_llm"] for r in runs), 4),
+        "recall_vs_llm_mean": round(sum(r["recall_vs_llm"] for r in runs) / seeds, 4),
+        "precision_vs_llm_min": round(min(r["precision_vs_llm"] for r in runs), 4),
+        "precision_vs_llm_mean": round(sum(r["precision_vs_llm"] for r in runs) / seeds, 4),
+        "recall_vs_labels_mean": round(sum(r["recall_vs_labels"] for r in runs) / seeds, 4),
+        "precision_vs_labels_mean": round(sum(r["precision_vs_labels"] for r in runs) / seeds, 4),
+        "failures": failures,
+        "failures_allowed_95": int(binom.ppf(0.95, seeds, TARGETS["delta"])),
+    }
+    record["runs"] = runs
+    exact_con.close()
+    cold_con.close()
+    return record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--seeds", type=int, default=100)
+    parser.add_argument("--only", help="comma-separated predicate names (sembench_sentiment, ggr_beer, ...)")
+    args = parser.parse_args()
+    wanted = set(args.only.split(",")) if args.only else None
+    out = {"model": args.model, "targets": TARGETS, "predicates": {}}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, spec in predicates().items():
+            if wanted and name not in wanted:
+                continue
+            out["predicates"][name] = record = run_predicate(name, spec, args.model, args.seeds, Path(scratch))
+            print(name, json.dumps({k: v for k, v in record.items() if k != "runs"}), flush=True)
+    (HERE / "results" / f"cascade_{args.model}.json").write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
