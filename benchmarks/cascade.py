@@ -42,6 +42,9 @@ def predicates() -> dict[str, dict]:
         "template": SEMBENCH_PROMPT,
         "labels": dict(zip(reviews.column("reviewId").to_pylist(), (s == "POSITIVE" for s in reviews.column("scoreSentiment").to_pylist()))),
     }
+    # The same predicate asked as a plain question, the phrasing SmolLM2 answers best (§10): an
+    # LLM whose answers follow the text's sentiment gives the proxy something to learn.
+    out["sembench_sentiment_question"] = dict(out["sembench_sentiment"], template="Is the following movie review positive? {reviewText}")
     for name, spec in GGR.items():
         if "labels" in spec:
             continue  # AI.CLASSIFY tasks: the cascade is for AI.IF
@@ -142,7 +145,10 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--only", help="comma-separated predicate names (sembench_sentiment, ggr_beer, ...)")
+    parser.add_argument("--targets", default="0.9,0.9,0.05", help="recall,precision,delta")
+    parser.add_argument("--out", default=None, help="results file name (default cascade_<model>.json)")
     args = parser.parse_args()
+    TARGETS.update(zip(("recall", "precision", "delta"), (float(x) for x in args.targets.split(","))))
     wanted = set(args.only.split(",")) if args.only else None
     out = {"model": args.model, "targets": TARGETS, "predicates": {}}
     with tempfile.TemporaryDirectory() as scratch:
@@ -151,7 +157,7 @@ def main() -> None:
                 continue
             out["predicates"][name] = record = run_predicate(name, spec, args.model, args.seeds, Path(scratch))
             print(name, json.dumps({k: v for k, v in record.items() if k != "runs"}), flush=True)
-    (HERE / "results" / f"cascade_{args.model}.json").write_text(json.dumps(out, indent=2) + "\n")
+    (HERE / "results" / (args.out or f"cascade_{args.model}.json")).write_text(json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":
