@@ -169,3 +169,12 @@ def test_fully_cached_rerun_loads_no_embedding_model(tmp_path):
     assert first["evaluated"] == 4 and second["evaluated"] == 0
     assert second["s"] == first["s"]
     assert second["modules"] == []
+
+
+def test_embed_planned_equals_naive(make_connection):
+    sql = "SELECT id, AI.EMBED(review) AS v FROM reviews WHERE id <= 6 ORDER BY id"
+    planned = make_connection().run(sql).table.to_pylist()
+    naive = make_connection().run(sql, naive=True).table.to_pylist()
+    assert [r["id"] for r in planned] == [r["id"] for r in naive]
+    for a, b in zip(planned, naive):  # batched vs one at a time: equal within 1e-5
+        assert max(abs(x - y) for x, y in zip(a["v"], b["v"])) <= 1e-5

@@ -156,3 +156,19 @@ def test_bad_arguments(make_connection, sql, message):
         make_connection().run(sql)
     assert message in err.value.message
     assert err.value.line == 1
+
+
+def test_extract_nulls_planned_equals_naive_cache_and_explain(make_connection, tmp_path):
+    cache = str(tmp_path / "answers.sqlite")
+    sql = (
+        "SELECT id, AI_EXTRACT(CASE WHEN id % 4 = 0 THEN NULL ELSE review END, {'product': 'Which product?', 'issues': 'List: what went wrong?'}) AS r "
+        "FROM reviews WHERE id <= 8 ORDER BY id"
+    )
+    planned = make_connection(cache=cache).run(sql)
+    rows = planned.table.to_pylist()
+    assert [r["r"] is None for r in rows] == [r["id"] % 4 == 0 for r in rows]  # NULL text: NULL, never asked
+    assert make_connection().run(sql, naive=True).table.to_pylist() == rows
+    again = make_connection(cache=cache).run(sql)
+    assert again.stats.totals()["prompts_evaluated"] == 0 and again.table.to_pylist() == rows
+    node = make_connection().explain(sql).to_dict()["statements"][0]["ai_nodes"][0]
+    assert node["prompts_unique"] == planned.stats.totals()["prompts_unique"] and node["plan"]["tokens"] > 0
