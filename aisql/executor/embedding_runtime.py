@@ -31,6 +31,11 @@ class EmbeddingSource(Protocol):
     def embedder(self): ...
 
 
+def embedding_store_key(embeddings: EmbeddingSource) -> str:
+    """Where vectors live in the result cache: per embedding model, shared by every function."""
+    return f"{embeddings.embedding_model().fingerprint}/{EMBEDDING_TASK}"
+
+
 class EmbeddingRuntime(NodeRuntime):
     def __init__(self, node, embeddings: EmbeddingSource, store, lock, options) -> None:
         super().__init__(node, lambda: None, store, lock, options=options)
@@ -45,7 +50,7 @@ class EmbeddingRuntime(NodeRuntime):
 
     @property
     def store_key(self) -> str:
-        return f"{self.embeddings.embedding_model().fingerprint}/{EMBEDDING_TASK}"
+        return embedding_store_key(self.embeddings)
 
     def result_type(self):
         dimension = None if self.is_similarity else self.embeddings.embedding_model().dimension
@@ -74,16 +79,7 @@ class EmbeddingRuntime(NodeRuntime):
             )
             rows = con.sql(f"SELECT v, sum(n)::BIGINT FROM ({sides}) GROUP BY v").fetchall()
             return {text: int(count) for text, count in rows}
-        table = con.sql(self.node.input_sql).to_arrow_table()
-        columns = [table.column(i).to_pylist() for i in range(self.call.arity)]
-        counts = table.column(self.call.arity).to_pylist()
-        usage: dict[str, int] = {}
-        for values, count in zip(zip(*columns), counts):
-            if any(v is None for v in values):
-                continue
-            text = self.call.template.render(values)
-            usage[text] = usage.get(text, 0) + count
-        return usage
+        return dict(self._input_prompts(con).counts)  # the rendered texts, as every node lists them
 
     def _ensure(self, usage: dict[str, int]) -> None:
         """Vectors for every text of `usage` (text -> rows using it): the cache, then the model."""
@@ -218,7 +214,7 @@ def vectors_for(texts: Sequence[str], embeddings: EmbeddingSource, store, lock, 
     """The embedding model's vectors of `texts` as a matrix (the result cache first, the rest
     embedded in sorted chunks, each committed): for callers other than an embedding node (the
     approximate mode's proxy)."""
-    key = f"{embeddings.embedding_model().fingerprint}/{EMBEDDING_TASK}"
+    key = embedding_store_key(embeddings)
     known = {t: a.value for t, a in store.get_many(key, list(texts)).items()}
     todo = sorted(t for t in set(texts) if t not in known)
     for start in range(0, len(todo), chunk):

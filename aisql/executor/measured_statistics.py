@@ -8,7 +8,6 @@ its input (the answers go to the answer store, so the run reuses them), else a d
 
 from __future__ import annotations
 
-import json
 import re
 from contextlib import contextmanager
 from typing import Callable
@@ -109,16 +108,19 @@ class MeasuredStatistics:
             return None
         source = f"({node.estimate_sql}) AS __aisql_counted"
         try:
-            rows = self.con.execute(f"SELECT {ARG_PREFIX}0 FROM {source} WHERE {ARG_PREFIX}0 IS NOT NULL").fetchall()
+            rows = self.con.execute(
+                f"SELECT {ARG_PREFIX}0, json_array_length({ARG_PREFIX}0) FROM {source} WHERE {ARG_PREFIX}0 IS NOT NULL"
+            ).fetchall()
         except duckdb.Error:
             return None
         texts = [r[0] for r in rows]
+        values = [r[1] for r in rows]
         if not texts:
             return GroupsProfile(())
         sample = [t[:4000] for t in texts[:TOKEN_SAMPLE]]
         chars_per_token = sum(len(t) for t in sample) / max(1, sum(self.facts.format.count_tokens(sample)))
         numbering = self.facts.format.count_tokens(["[123] \n"])[0]  # each value is written "[i] value"
-        return GroupsProfile(tuple(len(t) / chars_per_token + numbering * len(json.loads(t)) for t in texts))
+        return GroupsProfile(tuple(len(t) / chars_per_token + numbering * n for t, n in zip(texts, values)))
 
     def texts_profile(self, node: AINode) -> TextsProfile | None:
         if node.id not in self._texts:
