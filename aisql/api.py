@@ -67,6 +67,7 @@ class Connection:
             self.duckdb = duckdb.connect(database or ":memory:", read_only=read_only)
         except duckdb.Error as err:
             raise DataError(f"cannot open database {database}: {str(err).splitlines()[0]}") from None
+        self._owns_session = session is None
         self.session = session or ModelSession(warn=warn, **model_options)
         self.last_result: QueryResult | None = None  # of the last .sql() call
 
@@ -147,9 +148,12 @@ class Connection:
         sample: int = 0,
         dialect: str | None = None,
         params=None,
+        workers: int | None = None,
     ) -> Explanation:
         """Plans of every statement with cost estimates, plan vs naive. No model weights are loaded
-        unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate."""
+        unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate.
+        `workers` (default: this connection's cluster's): each node's shard plan on that many
+        engine workers, simulated (nothing is started)."""
         return explain_script(
             self.duckdb,
             self.session,
@@ -159,10 +163,14 @@ class Connection:
             sample=sample,
             dialect=dialect or self.dialect,
             params=params,
+            workers=workers if workers is not None else (self.session.cluster.workers if self.session.cluster else None),
         )
 
     def close(self) -> None:
+        """Close DuckDB, and stop the model's workers when this connection opened the session."""
         self.duckdb.close()
+        if self._owns_session:
+            self.session.close()
 
     def __enter__(self) -> "Connection":
         return self
@@ -176,10 +184,14 @@ def connect(
 ) -> Connection:
     """Open an aisql connection (in-memory DuckDB unless `database` names a file; `read_only` as
     DuckDB's; `dialect` the SQL scripts are written in: duckdb, bigquery or snowflake). `options`:
-    engine options (device, kv_budget, quantize, ...) and session options (engine, cache, store, warn)."""
-    return Connection(
+    engine options (device, kv_budget, quantize, ...) and session options (engine, cache, store, warn).
+    `cluster`: run the model on Ray workers: a worker count for a local Ray runtime (`cluster=4`),
+    or a Ray address (`cluster='ray://head:10001'`, with `workers=N`; default one per GPU)."""
+    con = Connection(
         database, read_only=read_only, session=ModelSession.from_options(model, **options), warn=options.get("warn"), dialect=dialect
     )
+    con._owns_session = True  # its workers (if any) stop with it
+    return con
 
 
 def in_notebook() -> bool:

@@ -44,10 +44,13 @@ class ModelSession:
         store: AnswerStore | None = None,
         warn: Callable[[str], None] | None = None,
         embed_model: str | None = None,
+        cluster=None,
     ) -> None:
         """`embed_model`: the embedding model of AI.EMBED / AI.SIMILARITY (aisql.engine.embedding).
         `cache`: True keeps answers in the default result cache (aisql.executor.cache), a path
-        keeps them there, False only for this session's life. `store` overrides it."""
+        keeps them there, False only for this session's life. `store` overrides it. `cluster`:
+        run the model on a pool of Ray workers (aisql.executor.cluster.pool.ClusterOptions);
+        None: in this process."""
         self.model_spec = model
         self.engine_options = engine_options
         self.store: AnswerStore = store if store is not None else open_answer_store(cache)
@@ -63,6 +66,8 @@ class ModelSession:
         self.embed_model_spec = embed_model
         self._embedding_ref = None
         self._embedder = None
+        self.cluster = cluster
+        self._pool = None
 
     @classmethod
     def from_options(cls, model: str | None = None, **options) -> ModelSession:
@@ -71,6 +76,11 @@ class ModelSession:
         aisql.register take them."""
         fields = EngineOptions.__dataclass_fields__
         engine_options = EngineOptions(**{k: options.pop(k) for k in list(options) if k in fields})
+        cluster, workers = options.pop("cluster", None), options.pop("workers", None)
+        if cluster is not None or workers is not None:
+            from aisql.executor.cluster.pool import ClusterOptions
+
+            options["cluster"] = ClusterOptions.from_user(cluster, workers)
         return cls(model, engine_options=engine_options, **options)
 
     @property
@@ -83,9 +93,52 @@ class ModelSession:
         with self.lock:
             if self._engine is None:
                 started = time.perf_counter()
-                self._engine = load_resolved(self.resolved_model, self.engine_options, notify=self._notice)
+                if self.cluster is not None:
+                    self._engine = self._start_workers()
+                else:
+                    self._engine = load_resolved(self.resolved_model, self.engine_options, notify=self._notice)
                 self.load_s = time.perf_counter() - started
             return self._engine
+
+    def _start_workers(self) -> Engine:
+        """The pool of engine workers (Ray actors, one model each) behind a ClusterEngine: the
+        driver keeps only the tokenizer. Workers stay up until `close`."""
+        from aisql.executor.cluster.engine import ClusterEngine
+        from aisql.executor.cluster.pool import WorkerPool
+
+        facts = self.facts()
+        pool = self._worker_pool()
+        try:
+            pool.start()
+        except BaseException:
+            pool.close()
+            self._pool = None
+            raise
+        return ClusterEngine(pool, facts)
+
+    def _worker_pool(self):
+        """The (not yet started) pool of this session's cluster, connected to Ray."""
+        if self._pool is None:
+            from aisql.executor.cluster.pool import WorkerPool
+
+            model = self.resolved_model
+            self._pool = WorkerPool(self.cluster, model.name, self.engine_options, model.fingerprint)
+            self._pool.connect()
+        return self._pool
+
+    @property
+    def pool(self):
+        """The worker pool, when this session runs on one and has started it."""
+        return self._pool if self._pool is not None and self._pool.slots else None
+
+    def close(self) -> None:
+        """Stop this session's workers (a later call starts them again); a local engine stays."""
+        with self.lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+                self._engine = None
+                self._fingerprint = None
 
     @property
     def resolved_model(self) -> ResolvedModel:
@@ -137,6 +190,11 @@ class ModelSession:
         if self._fingerprint is None:
             if self._engine is not None:
                 self._fingerprint = self._engine.info.fingerprint
+            elif self.cluster is not None:  # the workers' numerics (cuda on GPU workers), known from Ray
+                options = self.engine_options
+                if options.device == "auto":
+                    options = self._worker_pool().worker_options
+                self._fingerprint = self.resolved_model.fingerprint(options)
             else:
                 self._fingerprint = self.resolved_model.fingerprint(self.engine_options)
         return self._fingerprint

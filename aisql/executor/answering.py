@@ -70,6 +70,13 @@ def evaluate_checkpointed(
     size = max(1, options.checkpoint_every)
     done = 0
     try:
+        with lock:
+            model = engine()
+            if getattr(model, "pool", None) is not None:  # a ClusterEngine: shards over its workers
+                from aisql.executor.sharded import evaluate_sharded
+
+                evaluate_sharded(model, task, items, store=store, key=key, options=options, stats=stats, known=known, node_id=node_id)
+                return
         while done < len(items):
             chunk = items[done : done + size]
             budget = options.budget

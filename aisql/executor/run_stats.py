@@ -42,6 +42,8 @@ class NodeStats:
     wall_s: float = 0.0
     model_kind: str = "llm"  # "embedding": answered by the embedding model (AI.EMBED, AI.SIMILARITY)
     approximate: dict | None = None  # approximate mode's report (aisql.executor.cascade.CascadeReport)
+    workers: dict[str, dict] = field(default_factory=dict)  # on a worker pool: per worker, shards / prompts / computed tokens / busy s
+    prefix_recompute_tokens: int = 0  # prompt tokens more than one worker computed (split prefix groups)
 
     def add_engine(self, delta: EngineStats) -> None:
         for name in _FROM_ENGINE:
@@ -91,6 +93,16 @@ class RunStats:
         """Did a proxy answer any row (approximate mode, not fallen back to exact)?"""
         return any(n.approximate and not n.approximate.get("fallback_to_exact") for n in self.nodes)
 
+    def workers(self) -> dict[str, dict]:
+        """Per worker of a pool, summed over the nodes: shards, prompts, computed tokens, busy s."""
+        out: dict[str, dict] = {}
+        for node in self.nodes:
+            for name, work in node.workers.items():
+                mine = out.setdefault(name, {key: 0 for key in work})
+                for key, value in work.items():
+                    mine[key] = round(mine[key] + value, 4) if isinstance(value, float) else mine[key] + value
+        return dict(sorted(out.items()))
+
     def totals(self) -> dict[str, int]:
         return {key: sum(getattr(n, key) for n in self.nodes) for key in _SUMMED}
 
@@ -114,6 +126,10 @@ class RunStats:
         if self.price_per_hour is not None:
             data["hardware"] = self.hardware
             data["usd"] = round(self.wall_s * self.price_per_hour / 3600, 8)
+        workers = self.workers()
+        if workers:
+            data["workers"] = workers
+            data["prefix_recompute_tokens"] = sum(n.prefix_recompute_tokens for n in self.nodes)
         data["nodes"] = [{**asdict(n), "wall_s": round(n.wall_s, 4)} for n in self.nodes]
         if self.notes:
             data["notes"] = list(self.notes)

@@ -1,0 +1,80 @@
+"""One engine in one worker process: what a Ray actor of the pool runs (aisql.executor.cluster.pool).
+
+A plain class, so it runs (and is tested) without Ray; the pool wraps it with `ray.remote`. The
+worker loads the model once and keeps it — and its prefix KV cache — for the pool's life: across
+the AI nodes of a query and the queries of a connection.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from aisql.engine.base import EngineStats, GenerateRequest, ScoreRequest
+from aisql.engine.loader import EngineOptions
+from aisql.executor.answers import Answer
+from aisql.executor.evaluate import Prepared, run
+from aisql.functions import Task
+
+
+@dataclass
+class ShardResult:
+    answers: dict[str, Answer]
+    work: EngineStats  # what the engine computed for this shard
+    busy_s: float
+
+
+class EngineWorker:
+    def __init__(self, model: str, options: EngineOptions, threads: int | None = None) -> None:
+        """`model`: the spec the driver resolved (its name, a path or an HF id: each node resolves
+        it itself); `threads`: torch's intra-op threads on CPU (one per CPU the actor holds)."""
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        from aisql.engine.loader import load_engine
+
+        started = time.perf_counter()
+        self.engine = load_engine(model, options)
+        self.load_s = time.perf_counter() - started
+        self.threads = threads
+
+    def describe(self) -> dict:
+        """Who this worker is: the driver checks the fingerprint before any answer is stored."""
+        info = self.engine.info
+        return {
+            "fingerprint": info.fingerprint,
+            "name": info.name,
+            "note": info.note,
+            "device": info.device,
+            "dtype": info.dtype,
+            "max_context": info.max_context,
+            "is_test_model": info.is_test_model,
+            "quantization": info.quantization,
+            "load_s": round(self.load_s, 3),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "threads": self.threads,
+        }
+
+    def run_shard(self, task: Task, items: Sequence[Prepared]) -> ShardResult:
+        """Answers of one shard, as the single engine would give them (same batching code)."""
+        before = self.engine.stats.copy()
+        started = time.perf_counter()
+        answers = run(self.engine, task, items)
+        busy = time.perf_counter() - started
+        return ShardResult(answers, self.engine.stats.since(before), busy)
+
+    def score(self, requests: Sequence[ScoreRequest], reuse: bool) -> tuple[list, EngineStats]:
+        before = self.engine.stats.copy()
+        return self.engine.score(requests, reuse=reuse), self.engine.stats.since(before)
+
+    def generate(self, requests: Sequence[GenerateRequest], reuse: bool, speculative: bool) -> tuple[list, EngineStats]:
+        before = self.engine.stats.copy()
+        return self.engine.generate(requests, reuse=reuse, speculative=speculative), self.engine.stats.since(before)
+
+    def reset_cache(self) -> None:
+        self.engine.reset_cache()
