@@ -91,6 +91,7 @@ def _connect(
     cache: bool | str = False,
     read_only: bool = False,
     embed_model: str | None = None,
+    cluster=None,
 ):
     from aisql.api import Connection
     from aisql.engine.loader import EngineOptions
@@ -104,6 +105,7 @@ def _connect(
         engine_options=engine_options or EngineOptions(),
         cache=cache,
         embed_model=embed_model,
+        cluster=cluster,
         warn=lambda message: stderr.print(f"[yellow]{_escape(message)}[/yellow]"),
     )
     search = [Path.cwd()] + ([query_dir] if query_dir else [])
@@ -271,13 +273,15 @@ def _apply(options):
 @click.option("--max-cost", type=click.FloatRange(min=0), metavar="USD", help="Stop before model time would cost more than USD (at --hardware's price).")
 @click.option("--on-overflow", type=click.Choice(["error", "truncate"]), default="error", show_default=True, help="A prompt longer than the model's context: fail, or cut its text.")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts (or 10 s).")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Spread the AI work over N engine workers on Ray (a local runtime unless --cluster or $RAY_ADDRESS; needs aisql[ray]).")
+@click.option("--cluster", metavar="ADDRESS", help="Run the workers on this Ray cluster (ray://HOST:PORT); default: one worker per GPU.")
 @click.option("--approximate", is_flag=True, help="Approximate mode for every AI.IF: a proxy answers the rows it is sure of (recall and precision >= 0.9 vs the LLM, with probability >= 0.95); outputs say so.")
 @_embed_model
 @_handle_errors
 def run(
     query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation,
     output, output_all, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
-    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, approximate, embed_model,
+    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, workers, cluster, approximate, embed_model,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
     from aisql.output import check_output_path, check_text_path, print_csv, print_json, print_json_line, print_table, write_table, write_text_atomically
@@ -294,7 +298,15 @@ def run(
     if cache_path and no_cache:
         raise AisqlError("give either --cache PATH or --no-cache, not both")
     cache = False if no_cache else (cache_path or True)
-    con = _connect(db, tables, query_dir, model=model, engine_options=options, cache=cache, read_only=_read_only(db, read_only, text, dialect), embed_model=embed_model)
+    cluster_options = None
+    if workers is not None or cluster is not None:
+        from aisql.executor.cluster.pool import ClusterOptions
+
+        cluster_options = ClusterOptions.from_user(cluster, workers)
+    con = _connect(
+        db, tables, query_dir, model=model, engine_options=options, cache=cache, read_only=_read_only(db, read_only, text, dialect),
+        embed_model=embed_model, cluster=cluster_options,
+    )
     progress = None
     if stderr.is_terminal and not quiet:
         from aisql.progress_bar import RichProgress
@@ -382,9 +394,10 @@ def run(
 @click.option("--hardware", type=click.Choice(["cpu", "h100", "h200"]), default="cpu", show_default=True, help="Roofline profile for time and money (cpu is measured here).")
 @click.option("--price-per-hour", type=click.FloatRange(min=0), metavar="USD", help="Override the hardware profile's price.")
 @click.option("--sample", type=int, default=0, show_default=True, metavar="N", help="Measure each AI predicate's selectivity on N prompts (runs the model).")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Also show how each AI node's prompts would be cut into shards for N engine workers (nothing is started).")
 @_embed_model
 @_handle_errors
-def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt, model, hardware, price_per_hour, sample, embed_model):
+def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt, model, hardware, price_per_hour, sample, workers, embed_model):
     """Show the plan of QUERY_FILE (or -e SQL) with its estimated cost against naive execution.
 
     Runs no model unless --sample is given."""
@@ -395,7 +408,7 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
     text, query_dir = _query_source(query_file, sql)
     con = _connect(db, tables, query_dir, model=model, cache=bool(sample), read_only=_read_only(db, read_only, text, dialect), embed_model=embed_model)  # sampled answers are kept
     try:
-        explanation = con.explain(text, hardware=hardware, price_per_hour=price_per_hour, sample=sample, dialect=dialect, params=_parameters(params))
+        explanation = con.explain(text, hardware=hardware, price_per_hour=price_per_hour, sample=sample, dialect=dialect, params=_parameters(params), workers=workers)
     finally:
         con.close()
     if fmt == "json":
@@ -550,6 +563,13 @@ def _summary(result, output: str | None) -> None:
     if result.stats.embed_model:
         parts.append(f"embed model {result.stats.embed_model}")
     stderr.print("[dim]" + _escape(" · ".join(parts)) + "[/dim]")
+    workers = result.stats.workers()
+    if workers:
+        each = ", ".join(
+            f"{name} {w['prompts']:,} prompts / {w['computed_tokens']:,} tokens / busy {w['busy_s']:.2f} s" for name, w in workers.items()
+        )
+        recompute = sum(n.prefix_recompute_tokens for n in result.stats.nodes)
+        stderr.print("[dim]" + _escape(f"workers: {each} · prefix tokens computed on more than one worker: {recompute:,}") + "[/dim]")
 
 
 @main.command()

@@ -101,6 +101,23 @@ class MeasuredStatistics:
             return None
         return InputProfile(int(rows_in), int(total), tuple(int(d) for d in distinct), frozenset(self._tables(node)))
 
+    def leading_group_sizes(self, node: AINode) -> list[int] | None:
+        """Distinct prompts per value of the first argument (an AI join's anchor when it leads
+        the prompt), in value order: the prefix groups a worker pool keeps whole. None when the
+        input depends on AI answers."""
+        if self.input_profile(node) is None:
+            return None
+        names = [f"{ARG_PREFIX}{i}" for i in range(node.call.arity)]
+        not_null = " AND ".join(f"{n} IS NOT NULL" for n in names)
+        sql = (
+            f"SELECT count(*) FROM ({node.estimate_sql}) AS q WHERE {not_null} "
+            f"GROUP BY {names[0]} ORDER BY {names[0]}"
+        )
+        try:
+            return [int(row[0]) for row in self.con.execute(sql).fetchall()]
+        except duckdb.Error:
+            return None
+
     def groups_profile(self, node: AINode) -> GroupsProfile | None:
         """Each distinct group's characters, in tokens at the model's characters per token
         (its tokenizer on a sample of the groups' text)."""

@@ -276,9 +276,12 @@ def explain_script(
     sample: int = 0,
     dialect: str | None = None,
     params: Parameters = None,
+    workers: int | None = None,
+    checkpoint_every: int = 256,
 ) -> Explanation:
     """Plans of every statement with cost estimates, plan vs naive. No model weights are loaded
-    unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate."""
+    unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate.
+    `workers`: also each node's shard plan on that many engine workers (no Ray needed)."""
     source = SourceText(sql_text)
     statements = bind_script(source, dialect, params)
     check_endpoints(statements, session)
@@ -291,7 +294,30 @@ def explain_script(
     has_ai = any(p.nodes for p in plans)
     estimates = [estimate_plan(p, stats, profile) if p.nodes else None for p in plans]
     model = session.model_name() if has_ai else None  # its name as the user gave it, not a cache path
-    return Explanation(plans=plans, estimates=estimates, hardware=profile, model=model, load_s=measured.load_s if measured and has_ai else None)
+    explanation = Explanation(plans=plans, estimates=estimates, hardware=profile, model=model, load_s=measured.load_s if measured and has_ai else None)
+    if workers:
+        explanation.shard_plans = _shard_plans(plans, estimates, stats, workers, checkpoint_every)
+    return explanation
+
+
+def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, checkpoint_every: int) -> dict[str, dict]:
+    """Each estimable node's prompts cut into shards for `workers` workers, from DuckDB's
+    per-anchor counts and the token profile (no prompt rendered): aisql.planner.shard_plan."""
+    from aisql.functions import Request
+    from aisql.planner.shard_plan import estimated_groups, node_plan
+
+    out: dict[str, dict] = {}
+    for plan, estimate in zip(plans, estimates):
+        for node in plan.nodes:
+            est = estimate.node(node.id) if estimate else None
+            if est is None or est.quality != "estimate" or node.call.function.request not in (Request.SCORE, Request.GENERATE):
+                continue
+            sizes, tokens = stats.leading_group_sizes(node), stats.token_profile(node)
+            if not sizes or tokens is None:
+                continue
+            groups = estimated_groups(sizes, tokens, est.input_factor)
+            out[node.id] = node_plan(groups, workers, checkpoint_every, est.plan.time_s or None)
+    return out
 
 
 def _check_budget(plan: Plan, stats: MeasuredStatistics, session: ModelSession, profile: Hardware, budget: Budget, where: str) -> None:

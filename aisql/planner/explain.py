@@ -38,6 +38,7 @@ class Explanation:
     hardware: Hardware | None = None
     model: str | None = None
     load_s: float | None = None  # the model's measured load time, when it is not loaded yet
+    shard_plans: dict[str, dict] = field(default_factory=dict)  # node id -> its shard plan on `workers` (explain --workers)
 
     def tree(self) -> Tree:
         header = ""
@@ -54,7 +55,7 @@ class Explanation:
             if self.load_s is not None:
                 header += f" · + model load ~{self.load_s:.1f} s (measured)"
         calibrated = bool(self.hardware and self.hardware.planned_tokens_per_s)
-        return plans_tree(self.plans, self.estimates, header, calibrated)
+        return plans_tree(self.plans, self.estimates, header, calibrated, self.shard_plans)
 
     # ---- printable: print(con.explain(q)), rich consoles, notebooks ---------------------------
     def __str__(self) -> str:
@@ -77,7 +78,7 @@ class Explanation:
         return console.export_html(inline_styles=True)
 
     def to_dict(self) -> dict:
-        data = {"statements": [plan_to_dict(p, e) for p, e in zip(self.plans, self.estimates)]}
+        data = {"statements": [plan_to_dict(p, e, self.shard_plans) for p, e in zip(self.plans, self.estimates)]}
         if self.hardware is not None:
             data["hardware"] = {
                 "name": self.hardware.name,
@@ -109,7 +110,7 @@ def _side(side: Side) -> dict:
     }
 
 
-def plan_to_dict(plan: Plan, estimate: PlanEstimate | None) -> dict:
+def plan_to_dict(plan: Plan, estimate: PlanEstimate | None, shard_plans: dict[str, dict] | None = None) -> dict:
     nodes = []
     for node in plan.nodes:
         est = estimate.node(node.id) if estimate else None
@@ -140,6 +141,7 @@ def plan_to_dict(plan: Plan, estimate: PlanEstimate | None) -> dict:
                 "plan": _side(est.plan) if known else None,
                 "naive": _side(est.naive) if known else None,
                 "input_sql": node.input_sql,
+                "shard_plan": (shard_plans or {}).get(node.id),
             }
         )
     data = {"statement": plan.statement_sql.strip(), "final_sql": plan.final_sql, "ai_nodes": nodes}
@@ -148,7 +150,9 @@ def plan_to_dict(plan: Plan, estimate: PlanEstimate | None) -> dict:
     return data
 
 
-def plans_tree(plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], header: str = "", calibrated: bool = False) -> Tree:
+def plans_tree(
+    plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], header: str = "", calibrated: bool = False, shard_plans: dict | None = None
+) -> Tree:
     from rich.tree import Tree
 
     root = Tree("[bold]Plan[/bold]" + (f"  [dim]{header}[/dim]" if header else ""))
@@ -182,6 +186,9 @@ def plans_tree(plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], 
                 cascade = approximate_line(node, est)
                 if cascade:
                     branch.add(f"[yellow]{cascade}[/yellow]")
+                shards = (shard_plans or {}).get(node.id)
+                if shards:
+                    branch.add(f"[blue]{shard_line(shards)}[/blue]")
                 if est.selectivity is not None or est.input_factor != 1.0:
                     sel = f"selectivity {est.selectivity.value:.2f} ({est.selectivity.source})" if est.selectivity else ""
                     share = f"input {est.input_factor:.0%} of its AI-free rows" if est.input_factor != 1.0 else ""
@@ -194,6 +201,20 @@ def plans_tree(plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], 
         if estimate is not None and plan.nodes:
             stmt.add("[bold]total[/bold]  " + _cost_line(estimate.naive, estimate.plan, calibrated))
     return root
+
+
+def shard_line(plan: dict) -> str:
+    """A node's shard plan on a worker pool (aisql.planner.shard_plan), in one line."""
+    sizes = plan["shard_prompts"] or {"min": 0, "max": 0}
+    split = f", {plan['split_groups']} split" if plan["split_groups"] else ", none split"
+    line = (
+        f"shards on {plan['workers']} workers: {plan['prefix_groups']:,} prefix groups kept whole{split} → "
+        f"{plan['shards']:,} shards of {sizes['min']:,}-{sizes['max']:,} prompts · busiest worker "
+        f"{plan['makespan_tokens']:,} of {plan['total_tokens']:,} tokens (balance {plan['balance']:.0%}, {plan['speedup']:.2f}x)"
+    )
+    if plan.get("expected_s") is not None:
+        line += f" · expected ~{_duration(plan['expected_s'])}"
+    return line
 
 
 def approximate_line(node, est) -> str | None:
