@@ -23,6 +23,7 @@ SCRIPT = textwrap.dedent(
     result = con.run(sys.argv[3])
     print(json.dumps({
         "torch": "torch" in sys.modules,
+        "ray": "ray" in sys.modules,
         "rows": sorted(r["id"] for r in result.table.to_pylist()),
         "evaluated": result.stats.totals()["prompts_evaluated"],
         "cached": result.stats.totals()["prompts_cached"],
@@ -45,6 +46,7 @@ def test_fully_cached_rerun_imports_no_torch(tmp_path, monkeypatch):
     data = EXAMPLES / "data" / "reviews.csv"
     first = _run(tmp_path / "answers.sqlite", data)
     assert first["evaluated"] > 0 and first["loaded"]
+    assert not first["ray"], "Ray was imported although no --workers / cluster= asked for it"
     second = _run(tmp_path / "answers.sqlite", data)
     assert second["rows"] == first["rows"]
     assert second["evaluated"] == 0 and second["cached"] > 0
