@@ -569,7 +569,8 @@ def _summary(result, output: str | None) -> None:
             f"{name} {w['prompts']:,} prompts / {w['computed_tokens']:,} tokens / busy {w['busy_s']:.2f} s" for name, w in workers.items()
         )
         recompute = sum(n.prefix_recompute_tokens for n in result.stats.nodes)
-        stderr.print("[dim]" + _escape(f"workers: {each} · prefix tokens computed on more than one worker: {recompute:,}") + "[/dim]")
+        deaths = "".join(f" · {w['name']} died {w['deaths']}x (its shards went to others; replaced)" for w in result.stats.worker_pool if w["deaths"])
+        stderr.print("[dim]" + _escape(f"workers: {each} · prefix tokens computed on more than one worker: {recompute:,}{deaths}") + "[/dim]")
 
 
 @main.command()

@@ -277,7 +277,7 @@ def test_a_worker_killed_mid_query_loses_and_repeats_nothing(pool_con, ray_runti
     assert evaluated == reference.stats.totals()["prompts_evaluated"]
     assert len(writes) == evaluated and set(writes.values()) == {1}  # every answer stored once
     assert sum(w["prompts"] for w in result.stats.workers().values()) == evaluated
-    deaths = {s.stats.name: s.stats.deaths for s in pool.slots}
+    deaths = {w["name"]: w["deaths"] for w in result.stats.to_dict()["worker_pool"]}
     assert deaths[killed[0]] == 1
     pool.wait_ready()  # the replacement joins with its model loaded and its fingerprint checked
     assert all(s.alive for s in pool.slots)

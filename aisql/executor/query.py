@@ -190,7 +190,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
                 results.append((number, table))
     llm_nodes = [n for n in nodes if n.model_kind == "llm"]
     used = session.model_used() if nodes else None
-    if used is not None and used.device is not None:
+    if used is not None and used.device is not None and session.pool is None:  # one engine's speed, not a pool's
         _remember_throughput(session, llm_nodes, "naive" if request.naive else "planned")
     stats = RunStats(
         model=used.name if used else session.model_name(),
@@ -202,6 +202,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         price_per_hour=profile.price_per_hour if profile else None,
         notes=call_notes(statements),
         embed_model=session.embedding_model().name if len(llm_nodes) < len(nodes) else None,
+        worker_pool=[w.to_dict() for w in session.pool.worker_stats()] if session.pool is not None else [],
     )
     if results:
         table = results[-1][1]  # the last query's rows, not a later CREATE's row count

@@ -110,6 +110,7 @@ class RunStats:
     price_per_hour: float | None = None
     notes: list[str] = field(default_factory=list)  # vendor arguments accepted and ignored
     embed_model: str | None = None  # the embedding model, when an AI.EMBED / AI.SIMILARITY ran
+    worker_pool: list[dict] = field(default_factory=list)  # on Ray workers: each slot over the pool's life (host, device, deaths, load s)
 
     def to_dict(self) -> dict:
         data = {"model": self.model, "model_note": self.model_note, "mode": self.mode}
@@ -130,6 +131,8 @@ class RunStats:
         if workers:
             data["workers"] = workers
             data["prefix_recompute_tokens"] = sum(n.prefix_recompute_tokens for n in self.nodes)
+        if self.worker_pool:
+            data["worker_pool"] = self.worker_pool
         data["nodes"] = [{**asdict(n), "wall_s": round(n.wall_s, 4)} for n in self.nodes]
         if self.notes:
             data["notes"] = list(self.notes)
