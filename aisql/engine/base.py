@@ -80,6 +80,7 @@ class EngineStats:
     draft_accepted_tokens: int = 0  # of those, equal to the model's own greedy choice
     score_requests: int = 0
     generate_requests: int = 0
+    prefix_recompute_tokens: int = 0  # on a worker pool: prompt tokens computed that another worker had computed (set by the driver)
     peak_kv_bytes: int = 0  # high-water mark of the prefix cache (not a counter)
     kv_cached_bytes: int = 0  # prefix cache size now (not a counter)
 

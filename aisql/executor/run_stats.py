@@ -63,6 +63,7 @@ _FROM_ENGINE = (
     "decode_passes",
     "draft_tokens",
     "draft_accepted_tokens",
+    "prefix_recompute_tokens",
 )
 
 
@@ -130,7 +131,6 @@ class RunStats:
         workers = self.workers()
         if workers:
             data["workers"] = workers
-            data["prefix_recompute_tokens"] = sum(n.prefix_recompute_tokens for n in self.nodes)
         if self.worker_pool:
             data["worker_pool"] = self.worker_pool
         data["nodes"] = [{**asdict(n), "wall_s": round(n.wall_s, 4)} for n in self.nodes]

@@ -77,6 +77,7 @@ def evaluate_sharded(
         batch = [p for group in shard for p in group.payload]
         stats.prompts_evaluated += count
         stats.prompts_truncated += sum(1 for p in batch if p.truncated)
+        result.work.prefix_recompute_tokens = cluster.ledger.add(worker, [p.ids for p in batch])
         stats.add_engine(result.work)
         cluster.absorb(result.work)
         if budget is not None:
@@ -87,7 +88,6 @@ def evaluate_sharded(
         mine["prompts"] += count
         mine["computed_tokens"] += result.work.computed_tokens
         mine["busy_s"] = round(mine["busy_s"] + result.busy_s, 4)
-        stats.prefix_recompute_tokens += cluster.ledger.add(worker, [p.ids for p in batch])
         options.progress.advance(node_id, count, result.work.computed_tokens)
 
     cluster.pool.run_shards(task, next_shard, put_back, on_result)

@@ -67,6 +67,6 @@ class ClusterEngine(EncodesPrompts):
         return results
 
     def _absorb_call(self, worker: str, work: EngineStats, requests, reuse: bool) -> None:
-        self.absorb(work)
         if reuse:  # the worker's cache now holds these prompts too
-            self.ledger.add(worker, [r.prompt_ids for r in requests])
+            work.prefix_recompute_tokens = self.ledger.add(worker, [r.prompt_ids for r in requests])
+        self.absorb(work)
