@@ -190,10 +190,11 @@ class ModelSession:
         if self._fingerprint is None:
             if self._engine is not None:
                 self._fingerprint = self._engine.info.fingerprint
-            elif self.cluster is not None:  # the workers' numerics (cuda on GPU workers), known from Ray
+            elif self.cluster is not None:  # the workers' numerics (cuda on GPU workers)
                 options = self.engine_options
-                if options.device == "auto":
-                    options = self._worker_pool().worker_options
+                if options.device == "auto" and (self.cluster.address is not None or _ray_running()):
+                    options = self._worker_pool().worker_options  # a cluster's devices: ask Ray
+                # else a local runtime: its workers see this machine's devices, as "auto" does here
                 self._fingerprint = self.resolved_model.fingerprint(options)
             else:
                 self._fingerprint = self.resolved_model.fingerprint(self.engine_options)
@@ -227,3 +228,9 @@ class ModelSession:
         quantize = self.engine_options.quantize
         notes = [n for n in (resolved.note, quantize and quantization_note(quantize)) if n]
         return ModelUsed(resolved.name, "; ".join(notes) or None, None)
+
+
+def _ray_running() -> bool:
+    """Has this process joined a Ray runtime already (ray.init by the user)? Without importing Ray."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()

@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent(
     import json, sys
     import aisql
 
-    con = aisql.connect(model="tiny", cache=sys.argv[1])
+    con = aisql.connect(model="tiny", cache=sys.argv[1], **({"cluster": 2} if sys.argv[4:] == ["workers"] else {}))
     con.register("reviews", sys.argv[2])
     result = con.run(sys.argv[3])
     print(json.dumps({
@@ -33,9 +33,9 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _run(cache, data) -> dict:
+def _run(cache, data, *extra: str) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(cache), str(data), QUERY], capture_output=True, text=True, check=True, timeout=600
+        [sys.executable, "-c", SCRIPT, str(cache), str(data), QUERY, *extra], capture_output=True, text=True, check=True, timeout=600
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -52,3 +52,6 @@ def test_fully_cached_rerun_imports_no_torch(tmp_path, monkeypatch):
     assert second["evaluated"] == 0 and second["cached"] > 0
     assert not second["loaded"], "the model was loaded although every answer was cached"
     assert not second["torch"], "torch was imported although every answer was cached"
+    on_workers = _run(tmp_path / "answers.sqlite", data, "workers")  # cluster=2: the same cache keys
+    assert on_workers["rows"] == first["rows"] and on_workers["evaluated"] == 0
+    assert not on_workers["loaded"] and not on_workers["ray"], "a fully cached rerun on workers started Ray"
