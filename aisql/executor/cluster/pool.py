@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -185,7 +186,15 @@ class WorkerPool:
     def _init_runtime(self, ray) -> None:
         kwargs = {"logging_level": logging.ERROR, "log_to_driver": True}
         if self.options.address:
-            ray.init(address=self.options.address, **kwargs)
+            try:
+                with warnings.catch_warnings():  # its timeout warning says what the error below says
+                    warnings.simplefilter("ignore")
+                    ray.init(address=self.options.address, **kwargs)
+            except Exception as err:  # Ray raises ConnectionError, ValueError, RuntimeError, ... here
+                raise AisqlError(
+                    f"cannot join the Ray cluster at {self.options.address}: {_first_line(err)}",
+                    hint="is it up (`ray status` on its head node)? Ray Client listens on ray://HEAD:10001",
+                ) from None
         else:
             cpus = os.cpu_count() or 1
             ray.init(
