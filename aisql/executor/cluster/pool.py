@@ -19,7 +19,7 @@ import logging
 import os
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from aisql.engine.loader import EngineOptions
@@ -45,7 +45,7 @@ class ClusterOptions:
         address, or ClusterOptions; `workers` as --workers. RAY_ADDRESS is read only here, when
         one of them asks for workers."""
         if isinstance(cluster, ClusterOptions):
-            return cluster if workers is None else ClusterOptions(**{**cluster.__dict__, "workers": workers})
+            return cluster if workers is None else replace(cluster, workers=workers)
         if cluster is None and workers is None:
             return None
         address = None
@@ -158,16 +158,12 @@ class WorkerPool:
         if gpus:
             self._actor_options = {"num_cpus": 1, "num_gpus": 1}
             if self.engine_options.device == "auto":
-                from dataclasses import replace
-
                 self.worker_options = replace(self.engine_options, device="cuda")  # the actor's GPU is its cuda:0
         else:
             cpus = int(ray.cluster_resources().get("CPU", 1))
             self._threads = self.options.threads or max(1, cpus // self._workers)
             self._actor_options = {"num_cpus": self._threads}
             if self.engine_options.device == "auto":
-                from dataclasses import replace
-
                 self.worker_options = replace(self.engine_options, device="cpu")
         return self.worker_options
 
