@@ -15,7 +15,7 @@ from conftest import ROOT, load_example_tables
 from aisql.errors import AisqlError, ModelError
 from aisql.executor.cluster.pool import ClusterOptions
 from aisql.executor.cache import open_answer_store
-from aisql.executor.cluster.shards import PrefixLedger, prefix_groups, trie_tokens
+from aisql.executor.cluster.shards import PrefixLedger, prefix_groups
 from aisql.executor.evaluate import Prepared
 from aisql.planner.shard_plan import Group, ShardCutter, simulate, split_heavy
 
@@ -234,6 +234,11 @@ def test_benchmark_queries_equal_one_engine_and_naive(pool_con, tiny_engine, dat
         # instruction and framing), once per extra worker.
         shared = min(_common(a, b) for a, b in zip(sorted(seen), sorted(seen)[1:]))
         assert len(workers) == 2 and recompute == shared
+
+
+def trie_tokens(sequences) -> int:
+    """Distinct prefixes of `sequences` (the prompt tokens one engine computes for them)."""
+    return len({tuple(s[:i]) for s in sequences for i in range(1, len(s) + 1)})
 
 
 def _common(a, b) -> int:

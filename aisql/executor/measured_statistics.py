@@ -77,8 +77,7 @@ class MeasuredStatistics:
         if node.estimate_sql is None:
             return None
         arity = node.call.arity
-        names = [f"{ARG_PREFIX}{i}" for i in range(arity)]
-        not_null = " AND ".join(f"{n} IS NOT NULL" for n in names)
+        names, not_null = _argument_columns(node)
         source = f"({node.estimate_sql}) AS __aisql_counted"
         try:
             rows_in, total = self.con.execute(
@@ -107,8 +106,7 @@ class MeasuredStatistics:
         input depends on AI answers."""
         if self.input_profile(node) is None:
             return None
-        names = [f"{ARG_PREFIX}{i}" for i in range(node.call.arity)]
-        not_null = " AND ".join(f"{n} IS NOT NULL" for n in names)
+        names, not_null = _argument_columns(node)
         sql = (
             f"SELECT count(*) FROM ({node.estimate_sql}) AS q WHERE {not_null} "
             f"GROUP BY {names[0]} ORDER BY {names[0]}"
@@ -149,8 +147,7 @@ class MeasuredStatistics:
         if profile is None:
             return None
         source = f"({node.estimate_sql}) AS __aisql_counted"
-        names = [f"{ARG_PREFIX}{i}" for i in range(node.call.arity)]
-        not_null = " AND ".join(f"{n} IS NOT NULL" for n in names)
+        names, not_null = _argument_columns(node)
         if node.call.function.contents:  # each argument is a text of its own
             texts = " UNION ALL ".join(f"SELECT {n} AS v FROM {source} WHERE {not_null}" for n in names)
             total = profile.prompts_total * len(names)
@@ -282,8 +279,7 @@ class MeasuredStatistics:
         counts; deterministic (ordered by a hash of the tuple)."""
         if node.estimate_sql is None:
             return None
-        names = [f"{ARG_PREFIX}{i}" for i in range(node.call.arity)]
-        not_null = " AND ".join(f"{n} IS NOT NULL" for n in names)
+        names, not_null = _argument_columns(node)
         columns = ", ".join(names)
         sql = (
             f"SELECT {columns}, sum({COUNT_COLUMN}) AS __aisql_rows FROM ({node.estimate_sql}) AS q "
@@ -332,3 +328,8 @@ class MeasuredStatistics:
         return Selectivity(DEFAULT_SELECTIVITY, "default")
 
 
+def _argument_columns(node: AINode) -> tuple[list[str], str]:
+    """The node's argument columns in its input SQL, and the condition that none is NULL (rows
+    with a NULL argument never reach the model)."""
+    names = [f"{ARG_PREFIX}{i}" for i in range(node.call.arity)]
+    return names, " AND ".join(f"{n} IS NOT NULL" for n in names)

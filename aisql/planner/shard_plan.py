@@ -45,8 +45,8 @@ def pieces(weight: float, fair_share: float) -> int:
 
 
 def split_heavy(groups: Sequence[Group], workers: int) -> list[Group]:
-    """Groups heavier than total / workers cut into even pieces (payloads are left to the
-    caller: a simulated group has none)."""
+    """Groups heavier than total / workers cut into even pieces of consecutive prompts (a
+    payload — the executor's prepared prompts — is sliced with them; the home is kept)."""
     fair = sum(g.weight for g in groups) / max(1, workers)
     out: list[Group] = []
     for group in groups:
@@ -55,10 +55,19 @@ def split_heavy(groups: Sequence[Group], workers: int) -> list[Group]:
             out.append(group)
             continue
         base, extra = divmod(group.prompts, n)
+        start = 0
         for i in range(n):
             size = base + (i < extra)
-            out.append(Group(group.weight * size / group.prompts, size))
+            payload = group.payload[start : start + size] if group.payload is not None else None
+            out.append(Group(group.weight * size / group.prompts, size, payload, group.home))
+            start += size
     return out
+
+
+def split_count(groups: Sequence[Group], workers: int) -> int:
+    """How many groups `split_heavy` cuts."""
+    fair = sum(g.weight for g in groups) / max(1, workers)
+    return sum(1 for g in groups if pieces(g.weight, fair) > 1 and g.prompts > 1)
 
 
 class ShardCutter:
@@ -162,7 +171,7 @@ def simulate(groups: Sequence[Group], workers: int, max_prompts: int) -> ShardPl
     is free: the shard plan and its makespan, in tokens."""
     workers = max(1, workers)
     pieces_ = split_heavy(groups, workers)
-    plan = ShardPlan(workers, len(groups), _count_split(groups, workers))
+    plan = ShardPlan(workers, len(groups), split_count(groups, workers))
     plan.worker_weight = [0.0] * workers
     plan.worker_prompts = [0] * workers
     cutter = ShardCutter(pieces_, workers, max_prompts)
@@ -179,11 +188,6 @@ def simulate(groups: Sequence[Group], workers: int, max_prompts: int) -> ShardPl
         plan.worker_prompts[worker] += prompts
         heapq.heappush(free, (at + weight, worker))
     return plan
-
-
-def _count_split(groups: Sequence[Group], workers: int) -> int:
-    fair = sum(g.weight for g in groups) / max(1, workers)
-    return sum(1 for g in groups if pieces(g.weight, fair) > 1 and g.prompts > 1)
 
 
 def estimated_groups(sizes: Sequence[int], tokens: "TokenProfile", factor: float = 1.0) -> list[Group]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelFacts, ModelInfo, ScoreRequest
+from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelFacts, ScoreRequest
 from aisql.engine.prompt_format import EncodesPrompts
 from aisql.executor.cluster.pool import WorkerPool
 from aisql.executor.cluster.shards import PrefixLedger
@@ -23,18 +23,8 @@ class ClusterEngine(EncodesPrompts):
         self.pool = pool
         self._facts = facts
         self.format = facts.format
-        info = pool.info or {}
-        self.info = ModelInfo(
-            name=info.get("name", pool.model),
-            source=f"{pool.size} Ray workers",
-            device=f"{pool.size} x {info.get('device', '?')} (Ray)",
-            dtype=info.get("dtype", "?"),
-            max_context=info.get("max_context") or facts.profile.max_context,
-            fingerprint=info.get("fingerprint", ""),
-            is_test_model=bool(info.get("is_test_model")),
-            note=info.get("note"),
-            quantization=info.get("quantization"),
-        )
+        model = pool.info.model  # the first worker's; every worker's fingerprint was checked against the driver's
+        self.info = dataclasses.replace(model, source=f"{pool.size} Ray workers", device=f"{pool.size} x {model.device} (Ray)")
         self.stats = EngineStats()
         self.ledger = PrefixLedger()  # which prompts each worker's cache holds: prefix work split
         pool.on_death = self.ledger.forget

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from aisql.engine.loader import EngineOptions
 from aisql.errors import AisqlError, ModelError
+from aisql.executor.cluster.worker import WorkerInfo
 
 MAX_SHARD_DEATHS = 2
 
@@ -79,20 +79,17 @@ class ClusterOptions:
 
 @dataclass
 class WorkerStats:
-    """What one worker slot did over the pool's life (replacements included)."""
+    """One worker slot over the pool's life (replacements included): where it runs, how often it
+    died, how long its models took to load. Its work is counted per node (NodeStats.workers)."""
 
     name: str
     host: str = ""
     device: str = ""
-    shards: int = 0
-    prompts: int = 0
-    computed_tokens: int = 0
-    busy_s: float = 0.0
     deaths: int = 0
     load_s: float = 0.0
 
     def to_dict(self) -> dict:
-        return {**self.__dict__, "busy_s": round(self.busy_s, 4), "load_s": round(self.load_s, 3)}
+        return {**self.__dict__, "load_s": round(self.load_s, 3)}
 
 
 @dataclass
@@ -110,7 +107,6 @@ class _InFlight:
     slot: _Slot
     token: Any  # the caller's shard handle, given back on its result or death
     items: Sequence
-    started: float = field(default_factory=time.perf_counter)
 
 
 class WorkerPool:
@@ -129,7 +125,7 @@ class WorkerPool:
         self.engine_options = engine_options
         self._expected = expected_fingerprint
         self.slots: list[_Slot] = []
-        self.info: dict | None = None  # the first worker's describe()
+        self.info: WorkerInfo | None = None  # the first worker's describe()
         self._ray = None
         self._owns_runtime = False
         self._remote_class = None
@@ -231,19 +227,19 @@ class WorkerPool:
         slot.starting = slot.handle.describe.remote()
         slot.alive = False
 
-    def _joined(self, slot: _Slot, info: dict) -> None:
+    def _joined(self, slot: _Slot, info: WorkerInfo) -> None:
         """A worker has loaded its model: check it is the driver's before it answers anything."""
         expected = self._expected(self.worker_options)
-        if info["fingerprint"] != expected:
+        if info.model.fingerprint != expected:
             raise ModelError(
-                f"worker {slot.stats.name} on {info['host']} loaded a different model (fingerprint {info['fingerprint'][:16]}, "
+                f"worker {slot.stats.name} on {info.host} loaded a different model (fingerprint {info.model.fingerprint[:16]}, "
                 f"the driver's {expected[:16]}): no answer was stored",
                 hint="give every node the same model files, aisql version and engine options",
             )
         slot.starting = None
         slot.alive = True
-        slot.stats.host, slot.stats.device = info["host"], info["device"]
-        slot.stats.load_s += info["load_s"]
+        slot.stats.host, slot.stats.device = info.host, info.model.device
+        slot.stats.load_s += info.load_s
         if self.info is None:
             self.info = info
 
@@ -358,12 +354,7 @@ class WorkerPool:
                 continue
             except exceptions.RayTaskError as err:
                 raise _cause(err) from None
-            stats = slot.stats
-            stats.shards += 1
-            stats.prompts += len(flight.items)
-            stats.computed_tokens += result.work.computed_tokens
-            stats.busy_s += result.busy_s
-            on_result(flight.token, result, stats.name)
+            on_result(flight.token, result, slot.stats.name)
             dispatch(slot)
         leftover = next_shard("")
         if leftover is not None:

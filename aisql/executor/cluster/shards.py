@@ -2,9 +2,9 @@
 
 Prompts are put in token order (depth-first over their prefix tree) and cut wherever two
 neighbours share no more than what every prompt shares (the instruction and framing): the runs
-between cuts are the prefix groups (aisql.planner.shard_plan). The trie size of a worker's
-prompts is what its engine computes for them; the sum over workers minus the trie size of all
-prompts is the prefix work a split costs (`PrefixLedger`).
+between cuts are the prefix groups (aisql.planner.shard_plan). The prefix-tree size of a
+worker's prompts is what its engine computes for them; the sum over workers minus the tree of
+all prompts is the prefix work a split costs (`PrefixLedger`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Sequence
 
 from aisql.executor.evaluate import Prepared
 from aisql.functions import Request, Task
-from aisql.planner.shard_plan import Group, pieces
+from aisql.planner.shard_plan import Group, split_heavy
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -22,17 +22,6 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
-
-
-def trie_tokens(sequences: Sequence[Sequence[int]]) -> int:
-    """Distinct prefixes of `sequences`: the prompt tokens an engine with a prefix cache (and
-    room for it) computes for them, in any order."""
-    ordered = sorted(map(tuple, sequences))
-    total, previous = 0, ()
-    for seq in ordered:
-        total += len(seq) - common_prefix(previous, seq)
-        previous = seq
-    return total
 
 
 def output_tokens(task: Task) -> int:
@@ -58,18 +47,11 @@ def prefix_groups(items: Sequence[Prepared], task: Task, workers: int, ledger: "
             weights.append(0)
         runs[-1].append(item)
         weights[-1] += len(item.ids) - max(overlap, shared) + per_prompt
-    fair = sum(weights) / max(1, workers)
-    groups: list[Group] = []
-    for run, weight in zip(runs, weights):
-        home = ledger.holder(run[0].ids, shared) if ledger is not None else None
-        n = min(pieces(weight, fair), len(run))
-        size, extra = divmod(len(run), n)
-        start = 0
-        for i in range(n):
-            piece = run[start : start + size + (i < extra)]
-            start += len(piece)
-            groups.append(Group(weight * len(piece) / len(run), len(piece), piece, home))
-    return groups
+    whole = [
+        Group(weight, len(run), run, ledger.holder(run[0].ids, shared) if ledger is not None else None)
+        for run, weight in zip(runs, weights)
+    ]
+    return split_heavy(whole, workers)
 
 
 class PrefixLedger:

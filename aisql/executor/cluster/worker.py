@@ -13,11 +13,19 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from aisql.engine.base import EngineStats, GenerateRequest, ScoreRequest
+from aisql.engine.base import EngineStats, GenerateRequest, ModelInfo, ScoreRequest
 from aisql.engine.loader import EngineOptions
 from aisql.executor.answers import Answer
 from aisql.executor.evaluate import Prepared, run
 from aisql.functions import Task
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    model: ModelInfo  # the loaded engine's own: name, device, fingerprint, ...
+    host: str
+    pid: int
+    load_s: float
 
 
 @dataclass
@@ -40,25 +48,10 @@ class EngineWorker:
         started = time.perf_counter()
         self.engine = load_engine(model, options)
         self.load_s = time.perf_counter() - started
-        self.threads = threads
 
-    def describe(self) -> dict:
+    def describe(self) -> WorkerInfo:
         """Who this worker is: the driver checks the fingerprint before any answer is stored."""
-        info = self.engine.info
-        return {
-            "fingerprint": info.fingerprint,
-            "name": info.name,
-            "note": info.note,
-            "device": info.device,
-            "dtype": info.dtype,
-            "max_context": info.max_context,
-            "is_test_model": info.is_test_model,
-            "quantization": info.quantization,
-            "load_s": round(self.load_s, 3),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "threads": self.threads,
-        }
+        return WorkerInfo(self.engine.info, socket.gethostname(), os.getpid(), round(self.load_s, 3))
 
     def run_shard(self, task: Task, items: Sequence[Prepared]) -> ShardResult:
         """Answers of one shard, as the single engine would give them (same batching code)."""
