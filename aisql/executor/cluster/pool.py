@@ -206,7 +206,7 @@ class WorkerPool:
             where = self.options.address or "the local Ray runtime"
             raise AisqlError(
                 f"{self._workers} workers need {need} {kind}s and {where} has {have}",
-                hint=f"ask for at most {have // max(1, need // self._workers)} workers" + (" (or fewer --threads)" if not gpus else ""),
+                hint=f"ask for at most {have // max(1, need // self._workers)} workers",
             )
 
     def _gpus_per_worker(self, ray) -> int:
