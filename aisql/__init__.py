@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from aisql.version import __version__
 
 _EXPORTS = {
     "AisqlError": "aisql.errors",

@@ -25,7 +25,7 @@ from aisql.executor.answers import AnswerStore
 from aisql.executor.duckdb_errors import file_error
 from aisql.executor.query import QueryResult, RunRequest, explain_script, run_script
 from aisql.planner.explain import Explanation
-from aisql.session import ModelSession
+from aisql.executor.session import ModelSession
 
 __all__ = ["Connection", "Explanation", "QueryResult", "connect", "file_scan_sql"]
 
@@ -53,7 +53,7 @@ class Connection:
         dialect: str | None = None,
         **model_options,
     ) -> None:
-        """`model_options` open this connection's model session (aisql.session.ModelSession:
+        """`model_options` open this connection's model session (aisql.executor.session.ModelSession:
         model, engine, engine_options, cache, store); `session` shares another connection's (or
         `aisql.register`'s) model, KV cache and result cache instead. `dialect`: what scripts are
         written in unless a call says otherwise — duckdb (default), bigquery or snowflake."""

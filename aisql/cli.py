@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from aisql import __version__
+from aisql.version import __version__
 from aisql.errors import AisqlError, DataError
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -39,7 +39,7 @@ from aisql.executor.bound_calls import with_arity
 from aisql.executor.evaluate import OVERFLOW_MODES
 from aisql.executor.run_stats import NodeStats
 from aisql.functions import AIFunction, Task
-from aisql.session import ModelSession
+from aisql.executor.session import ModelSession
 from aisql.sql.template import Template, parse_template
 
 

@@ -17,7 +17,7 @@ from aisql.executor.cluster.pool import ClusterOptions
 from aisql.executor.cache import open_answer_store
 from aisql.executor.cluster.shards import PrefixLedger, prefix_groups
 from aisql.executor.evaluate import Prepared
-from aisql.planner.shard_plan import Group, ShardCutter, simulate, split_heavy
+from aisql.executor.cluster.shard_plan import Group, ShardCutter, simulate, split_heavy
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from datagen import tables  # noqa: E402

@@ -1,4 +1,14 @@
-"""Embedded inference engine: token ids in, label scores and generations out. Knows no SQL."""
+"""Embedded inference engine: token ids in, label scores and generations out. Knows no SQL.
+
+The request and result types load with the package; the loader (`load_engine`, `EngineOptions`,
+`DEFAULT_MODEL`) on first use, so code that only needs a framing or a request type — the SQL
+front end through `aisql.functions` — never imports model-loading code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from aisql.engine.base import (
     Engine,
@@ -9,7 +19,11 @@ from aisql.engine.base import (
     ModelInfo,
     ScoreRequest,
 )
-from aisql.engine.loader import DEFAULT_MODEL, EngineOptions, load_engine
+
+_LAZY = {"DEFAULT_MODEL": "aisql.engine.loader", "EngineOptions": "aisql.engine.loader", "load_engine": "aisql.engine.loader"}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aisql.engine.loader import DEFAULT_MODEL, EngineOptions, load_engine
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -23,3 +37,12 @@ __all__ = [
     "ScoreRequest",
     "load_engine",
 ]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aisql.engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -7,7 +7,8 @@ the result cache. Like LOTUS's sem_agg:
 - map: the values are packed, in order, into prompts that fit the model's context (the task, then
   the values); a group that fits one prompt is answered by that prompt;
 - reduce: the partial answers (each at most max_tokens) are packed again, at least two per
-  prompt (the context is checked to hold two: `reduction_plan`), until one answer is left. A
+  prompt (the context is checked to hold two: `packer_for`; explain counts the same with
+  aisql.planner.reduction), until one answer is left. A
   lone partial left over by the packing goes up a level as it is: no prompt ever reduces one.
 
 Every map and reduce prompt is an ordinary GENERATE answer, so partial results are cached and
@@ -26,9 +27,7 @@ from aisql.engine.prompt_format import Framing
 from aisql.errors import ModelError
 from aisql.executor.answers import Answer
 from aisql.functions import Task
-
-SAFETY_TOKENS = 16  # the tokenizer may merge across an item boundary: keep a margin
-
+from aisql.planner.reduction import packing_capacity
 
 def stage_task(task: Task) -> Task:
     """The GENERATE task of an aggregate task's map and reduce prompts (their texts differ, so one
@@ -77,34 +76,13 @@ class Packer:
         return out
 
 
-def reduction_plan(group_tokens: Sequence[float], capacity: float, max_tokens: int) -> tuple[int, int, int]:
-    """(map prompts, reduce prompts, depth) for groups of these token sizes — the same packing
-    arithmetic as the executor's, on sizes alone (for explain). Depth 1: one prompt per group."""
-    maps = reduces = depth = 0
-    for tokens in group_tokens:
-        if tokens <= 0:
-            continue
-        items = max(1, -(-int(tokens) // max(1, int(capacity))))
-        maps += items
-        level = 1
-        per_prompt = max(2, int(capacity // (max_tokens + 4)))
-        while items > 1:
-            prompts = items // per_prompt + (1 if items % per_prompt > 1 else 0)
-            prompts = max(1, prompts)
-            reduces += prompts
-            items = prompts + (1 if items % per_prompt == 1 else 0)
-            level += 1
-        depth = max(depth, level)
-    return maps, reduces, depth
-
-
 def packer_for(engine: Engine, task: Task) -> Packer:
     """The packing capacity of this engine for this task: the context less the framing, the
     answer and a margin; it must hold two partial answers, else the reduction could not end."""
     max_tokens = task.max_tokens or 1
     framing = Framing(system=task.framing.system)
     overhead = len(engine.encode_prompts(framing, [reduce_prompt(instruction(task), [])])[0])
-    capacity = engine.info.max_context - overhead - max_tokens - SAFETY_TOKENS
+    capacity = packing_capacity(engine.info.max_context, overhead, max_tokens)
     needed = 2 * (max_tokens + 8)
     if capacity < needed:
         raise ModelError(

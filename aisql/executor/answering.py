@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import threading
 import time
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from aisql.engine.base import Engine
 from aisql.executor.answers import Answer, AnswerStore
 from aisql.executor.budget import Budget
-from aisql.executor.cascade import Targets
 from aisql.executor.evaluate import Prepared, prepare, run
 from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.run_stats import NodeStats
 from aisql.executor import aggregate
 from aisql.functions import Request, Task
+from aisql.planner.approximation import Targets, call_targets
 
 
 @dataclass
@@ -40,14 +39,7 @@ class RunOptions:
 
     def targets_for(self, call) -> "Targets | None":
         """The approximate-mode targets of a call: its own options, else the run's, else None (exact)."""
-        if not call.function.approximates:
-            return None
-        hints = call.hints
-        own = {k: hints[k] for k in ("recall", "precision", "delta", "sample", "seed") if k in hints}
-        if own or hints.get("approximate"):
-            base = self.approximate or Targets()
-            return dataclasses.replace(base, **own)
-        return self.approximate
+        return call_targets(call.function.approximates, call.hints, self.approximate)
 
 
 def evaluate_checkpointed(

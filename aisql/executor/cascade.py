@@ -37,21 +37,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-DEFAULT_TARGETS = {"recall": 0.9, "precision": 0.9, "delta": 0.05}
-MAX_LLM_SHARE = 0.8  # a cascade sending more than this share to the LLM saves too little: exact
+from aisql.planner.approximation import MAX_LLM_SHARE, Targets, sample_size
+
 MIN_CLASS = 8  # positives and negatives needed in the calibration half to bound anything
-
-
-@dataclass(frozen=True)
-class Targets:
-    recall: float = 0.9
-    precision: float = 0.9
-    delta: float = 0.05
-    sample: int = 0  # 0: sample_size() decides
-    seed: int = 0
-
-    def describe(self) -> str:
-        return f"recall >= {self.recall:g}, precision >= {self.precision:g} with probability >= {1 - self.delta:g}"
 
 
 @dataclass
@@ -82,11 +70,6 @@ class CascadeReport:
             "estimated_recall": self.estimated_recall,
             "estimated_precision": self.estimated_precision,
         }
-
-
-def sample_size(rows: int) -> int:
-    """Prompts the LLM answers to train and calibrate: enough for bounds, a small share of big inputs."""
-    return min(rows, max(200, min(1000, rows // 5)))
 
 
 def choose_sample(texts: Sequence[str], size: int, seed: int) -> list[str]:

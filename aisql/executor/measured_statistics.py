@@ -16,7 +16,6 @@ import duckdb
 
 from aisql.engine.base import ModelFacts
 from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN, AINode
-from aisql.planner.rules.choose_anchor import argument_tables
 from aisql.planner.statistics import DEFAULT_SELECTIVITY, GroupsProfile, InputProfile, Selectivity, TextsProfile, TokenProfile
 
 TOKEN_SAMPLE = 48
@@ -184,7 +183,7 @@ class MeasuredStatistics:
     def distinct(self, node: AINode, tables: frozenset[str]) -> int | None:
         key = (node.id, tables)
         if key not in self._distinct:
-            columns = [f"{ARG_PREFIX}{i}" for i, t in enumerate(argument_tables(node)) if t and t <= tables]
+            columns = [f"{ARG_PREFIX}{i}" for i, t in enumerate(node.call.argument_tables) if t and t <= tables]
             value = None
             if columns and node.estimate_sql is not None:
                 try:
@@ -198,7 +197,7 @@ class MeasuredStatistics:
 
     @staticmethod
     def _tables(node: AINode) -> set[str]:
-        tables = argument_tables(node)
+        tables = node.call.argument_tables
         return set().union(*tables) if tables else set()
 
     # ---- tokens -----------------------------------------------------------------------------

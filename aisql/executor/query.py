@@ -33,7 +33,7 @@ from aisql.planner import Plan, PlanningContext, plan_statement
 from aisql.planner.cost import estimate_plan
 from aisql.planner.explain import Explanation
 from aisql.planner.hardware import Hardware, hardware_profile
-from aisql.session import ModelSession, ModelUsed
+from aisql.executor.session import ModelSession, ModelUsed
 from aisql.sql.bind import BoundStatement, bind_statement
 from aisql.sql.parameters import Parameters, bind_parameters, check_all_used
 from aisql.sql.parse import explained_sql, parse_script
@@ -73,7 +73,7 @@ class RunRequest:
 
 def approximate_targets(value: bool | dict | None):
     """RunRequest.approximate as cascade Targets (None: exact)."""
-    from aisql.executor.cascade import Targets
+    from aisql.planner.approximation import Targets
 
     if not value:
         return None
@@ -303,9 +303,9 @@ def explain_script(
 
 def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, checkpoint_every: int) -> dict[str, dict]:
     """Each estimable node's prompts cut into shards for `workers` workers, from DuckDB's
-    per-anchor counts and the token profile (no prompt rendered): aisql.planner.shard_plan."""
+    per-anchor counts and the token profile (no prompt rendered): aisql.executor.cluster.shard_plan."""
     from aisql.functions import Request
-    from aisql.planner.shard_plan import estimated_groups, node_plan
+    from aisql.executor.cluster.shard_plan import estimated_groups, node_plan
 
     out: dict[str, dict] = {}
     for plan, estimate in zip(plans, estimates):

@@ -26,7 +26,6 @@ from aisql.functions import Request
 from aisql.executor.node_runtime import NodeRuntime, RunOptions
 from aisql.executor.run_stats import NodeStats
 from aisql.planner.plan import Plan, Strategy
-from aisql.planner.rules.stop_at_limit import first_chunk
 from aisql.sql.bind import BoundStatement
 from aisql.sql.source import SourceText
 
@@ -148,7 +147,7 @@ class Executor:
         def enough() -> bool:
             return self._duckdb(lambda: self.con.sql(count_sql).fetchall()[0][0], bound, source, errors) >= wanted
 
-        self._duckdb(lambda: runtime.prefetch_until(self.con, enough, first_chunk=first_chunk(wanted)), bound, source, errors)
+        self._duckdb(lambda: runtime.prefetch_until(self.con, enough, first_chunk=runtime.node.first_chunk), bound, source, errors)
 
     def _duckdb(self, action, bound: BoundStatement, source: SourceText, errors: bound_calls.UdfErrors | None = None):
         try:

@@ -1,7 +1,7 @@
 """Evaluate one node's prepared prompts on a pool of workers, shard by shard.
 
 The prompts are cut into prefix groups (aisql.executor.cluster.shards) and handed out as shards
-by the planner's cutter (aisql.planner.shard_plan) whenever a worker frees up. Each shard's
+by the shard cutter (aisql.executor.cluster.shard_plan) whenever a worker frees up. Each shard's
 answers are stored when they reach the driver — the checkpoint, as the single-engine chunks are
 — so a crash loses only the shards in flight, and a worker's death only its own shard, which
 goes back to the queue. The budget reserves a shard's prompts before it is handed out, so
@@ -18,7 +18,7 @@ from aisql.executor.cluster.shards import prefix_groups
 from aisql.executor.evaluate import Prepared
 from aisql.executor.run_stats import NodeStats
 from aisql.functions import Task
-from aisql.planner.shard_plan import Group, ShardCutter
+from aisql.executor.cluster.shard_plan import Group, ShardCutter
 
 
 def evaluate_sharded(

@@ -33,7 +33,7 @@ def log_path() -> Path:
 
 
 def _key(fingerprint: str) -> str:
-    from aisql import __version__
+    from aisql.version import __version__
 
     return f"{fingerprint}|{__version__}"
 

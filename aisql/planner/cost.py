@@ -22,7 +22,7 @@ from dataclasses import asdict, astuple, dataclass, field
 from aisql.functions import Request
 from aisql.planner.hardware import Hardware
 from aisql.planner.plan import AINode, NodeRole, Plan, Strategy
-from aisql.planner.rules.stop_at_limit import first_chunk
+from aisql.planner.reduction import packing_capacity, reduction_plan
 from aisql.planner.statistics import InputProfile, ModelProfile, Selectivity, Statistics, TokenProfile
 
 BATCH_TOKENS = 16384  # tokens per planned forward pass (the engine's default budget on CPU)
@@ -213,8 +213,6 @@ AGGREGATE_OVERHEAD = 80  # tokens of an aggregate prompt's framing and task (mea
 
 def _estimate_aggregate(node: AINode, stats: Statistics, hardware: Hardware) -> NodeEstimate:
     """An AI aggregate's map and reduce prompts, from its groups' sizes (aisql.executor.aggregate)."""
-    from aisql.executor.aggregate import SAFETY_TOKENS, reduction_plan
-
     groups = stats.groups_profile(node)
     profile = stats.input_profile(node)
     if groups is None or profile is None:
@@ -223,7 +221,7 @@ def _estimate_aggregate(node: AINode, stats: Statistics, hardware: Hardware) -> 
     model = stats.model
     max_tokens = int(node.call.task.max_tokens or 1)
     context = (model.max_context if model and model.max_context else ASSUMED_CONTEXT)
-    capacity = context - AGGREGATE_OVERHEAD - max_tokens - SAFETY_TOKENS
+    capacity = packing_capacity(context, AGGREGATE_OVERHEAD, max_tokens)
     maps, reduces, depth = reduction_plan(groups.tokens, capacity, max_tokens)
     prompts = maps + reduces
     prefill = sum(groups.tokens) + prompts * AGGREGATE_OVERHEAD + reduces * 2 * max_tokens
@@ -275,7 +273,7 @@ def _estimate_node(plan, position, node, stats, hardware, cached_leading) -> Nod
         # LIMIT k with nothing ordering the rows: about k / selectivity prompts are asked, and
         # never fewer than the first chunk the executor asks before it first checks.
         selectivity = max(stats.selectivity(node).value, 1e-3)
-        asked = min(distinct[-1], max(first_chunk(node.stop_after), node.stop_after / selectivity)) if node.stop_after else 0.0
+        asked = min(distinct[-1], max(node.first_chunk, node.stop_after / selectivity)) if node.stop_after else 0.0
         distinct = [min(d, asked) for d in distinct]
     leading = cached_leading.get(key, 0.0)
     cached_leading[key] = max(leading, distinct[0] if distinct else 0.0)

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
+from aisql.planner.approximation import MAX_LLM_SHARE, call_targets, sample_size
 from aisql.planner.cost import NodeEstimate, PlanEstimate, Side
 from aisql.planner.hardware import Hardware
 from aisql.planner.plan import AINode, Plan, Strategy
@@ -204,7 +205,7 @@ def plans_tree(
 
 
 def shard_line(plan: dict) -> str:
-    """A node's shard plan on a worker pool (aisql.planner.shard_plan), in one line."""
+    """A node's shard plan on a worker pool (aisql.executor.cluster.shard_plan), in one line."""
     sizes = plan["shard_prompts"] or {"min": 0, "max": 0}
     split = f", {plan['split_groups']} split" if plan["split_groups"] else ", none split"
     line = (
@@ -220,13 +221,9 @@ def shard_line(plan: dict) -> str:
 def approximate_line(node, est) -> str | None:
     """The cascade an AI.IF in approximate mode runs (its call's options), with the LLM calls it
     may make: the sample at least, at most MAX_LLM_SHARE of the prompts (beyond: exact)."""
-    from aisql.executor.cascade import MAX_LLM_SHARE, Targets, sample_size
-
-    hints = node.call.hints
-    keys = ("recall", "precision", "delta", "sample", "seed")
-    if not node.call.function.approximates or not (hints.get("approximate") or any(k in hints for k in keys)):
+    targets = call_targets(node.call.function.approximates, node.call.hints, None)
+    if targets is None:
         return None
-    targets = Targets(**{k: hints[k] for k in keys if k in hints})
     unique = int(est.prompts_unique or 0)
     sample = min(unique, targets.sample or sample_size(unique))
     most = max(sample, int(MAX_LLM_SHARE * unique))

@@ -85,6 +85,12 @@ class AINode:
     def function_name(self) -> str:
         return self.call.function_name
 
+    @property
+    def first_chunk(self) -> int:
+        """A node that stops at a LIMIT (stop_after k): prompts asked before the first check —
+        2k, at least 16 —, then doubling. The executor runs it; the cost model counts it."""
+        return max(16, 2 * (self.stop_after or 0))
+
 
 @dataclass(frozen=True)
 class Plan:

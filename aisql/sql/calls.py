@@ -39,6 +39,11 @@ class AICall:
         return len(self.args)
 
     @property
+    def argument_tables(self) -> list[set[str]]:
+        """Per prompt argument, the table aliases its columns are qualified with (lower case)."""
+        return [{c.table.lower() for c in arg.find_all(exp.Column) if c.table} for arg in self.args]
+
+    @property
     def task(self) -> Task:
         """What the model is asked for each prompt of this call."""
         return self.function.task(self.options)

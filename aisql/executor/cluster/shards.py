@@ -2,7 +2,7 @@
 
 Prompts are put in token order (depth-first over their prefix tree) and cut wherever two
 neighbours share no more than what every prompt shares (the instruction and framing): the runs
-between cuts are the prefix groups (aisql.planner.shard_plan). The prefix-tree size of a
+between cuts are the prefix groups (aisql.executor.cluster.shard_plan). The prefix-tree size of a
 worker's prompts is what its engine computes for them; the sum over workers minus the tree of
 all prompts is the prefix work a split costs (`PrefixLedger`).
 """
@@ -13,7 +13,7 @@ from typing import Sequence
 
 from aisql.executor.evaluate import Prepared
 from aisql.functions import Request, Task
-from aisql.planner.shard_plan import Group, split_heavy
+from aisql.executor.cluster.shard_plan import Group, split_heavy
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

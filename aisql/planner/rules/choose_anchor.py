@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from sqlglot import exp
 
 from aisql.errors import BindError
 from aisql.planner.context import PlanningContext
@@ -22,13 +21,8 @@ def choose_anchor(plan: Plan, context: PlanningContext) -> Plan:
     return dataclasses.replace(plan, nodes=tuple(_anchor(node) for node in plan.nodes))
 
 
-def argument_tables(node: AINode) -> list[set[str]]:
-    """Per prompt argument, the table aliases its columns are qualified with."""
-    return [{c.table.lower() for c in arg.find_all(exp.Column) if c.table} for arg in node.call.args]
-
-
 def _anchor(node: AINode) -> AINode:
-    tables = argument_tables(node)
+    tables = node.call.argument_tables
     every = set().union(*tables) if tables else set()
     hint = node.call.hints.get("anchor")
     if hint is not None:

@@ -26,11 +26,6 @@ from aisql.planner.context import PlanningContext
 from aisql.planner.plan import AINode, Clause, Plan, Strategy
 
 
-def first_chunk(rows_wanted: int) -> int:
-    """Prompts asked before the first check: 2k, at least 16 (then doubling)."""
-    return max(16, 2 * rows_wanted)
-
-
 def stop_at_limit(plan: Plan, context: PlanningContext) -> Plan:
     if len(plan.nodes) != 1:
         return plan

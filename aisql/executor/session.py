@@ -104,7 +104,6 @@ class ModelSession:
         """The pool of engine workers (Ray actors, one model each) behind a ClusterEngine: the
         driver keeps only the tokenizer. Workers stay up until `close`."""
         from aisql.executor.cluster.engine import ClusterEngine
-        from aisql.executor.cluster.pool import WorkerPool
 
         facts = self.facts()
         pool = self._worker_pool()

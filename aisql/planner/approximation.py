@@ -1,0 +1,43 @@
+"""Approximate mode's targets and budget arithmetic: what explain promises and the cascade keeps.
+
+Pure policy, shared by the planner (explain's line of LLM calls a cascade may make) and the
+executor (aisql.executor.cascade runs it): the sample size, the share of prompts beyond which a
+cascade saves too little and the node is evaluated exactly, and which targets a call asks for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+MAX_LLM_SHARE = 0.8  # a cascade sending more than this share to the LLM saves too little: exact
+TARGET_KEYS = ("recall", "precision", "delta", "sample", "seed")  # a call's own options of approximate mode
+
+
+@dataclass(frozen=True)
+class Targets:
+    recall: float = 0.9
+    precision: float = 0.9
+    delta: float = 0.05
+    sample: int = 0  # 0: sample_size() decides
+    seed: int = 0
+
+    def describe(self) -> str:
+        return f"recall >= {self.recall:g}, precision >= {self.precision:g} with probability >= {1 - self.delta:g}"
+
+
+def sample_size(rows: int) -> int:
+    """Prompts the LLM answers to train and calibrate: enough for bounds, a small share of big inputs."""
+    return min(rows, max(200, min(1000, rows // 5)))
+
+
+def call_targets(approximates: bool, hints: Mapping[str, Any], run_default: Targets | None) -> Targets | None:
+    """The approximate-mode targets of one call: its own options over the run's (--approximate),
+    else the run's, else None (exact). A function without an approximate mode is always exact."""
+    if not approximates:
+        return None
+    own = {k: hints[k] for k in TARGET_KEYS if k in hints}
+    if own or hints.get("approximate"):
+        return dataclasses.replace(run_default or Targets(), **own)
+    return run_default

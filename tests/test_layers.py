@@ -1,0 +1,71 @@
+"""Data flows one way: SQL -> plan -> executor -> engine. These checks read every module's imports
+(at module level and inside functions) so a shortcut across a layer fails here, not in review."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "aisql"
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module `path` imports, wherever the import statement stands."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module == "aisql":
+            # `from aisql import functions` names a submodule; `from aisql import connect` the root
+            for alias in node.names:
+                is_module = (PACKAGE / alias.name).is_dir() or (PACKAGE / f"{alias.name}.py").is_file()
+                names.add(f"aisql.{alias.name}" if is_module else "aisql")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def modules_under(folder: str) -> list[Path]:
+    return sorted((PACKAGE / folder).rglob("*.py"))
+
+
+def offending(folder: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
+    found = {}
+    for path in modules_under(folder):
+        bad = sorted(n for n in imports_of(path) if n == "aisql" or n.startswith(forbidden))
+        if bad:
+            found[str(path.relative_to(PACKAGE))] = bad
+    return found
+
+
+def test_the_planner_imports_no_executor_and_no_package_root():
+    assert offending("planner", ("aisql.executor", "aisql.api", "aisql.cli", "aisql.serve")) == {}
+
+
+def test_the_engine_knows_no_sql_plan_or_executor():
+    layers = ("aisql.sql", "aisql.planner", "aisql.executor", "aisql.functions", "aisql.api", "aisql.cli", "aisql.serve")
+    assert offending("engine", layers) == {}
+
+
+def test_the_front_end_and_functions_never_load_a_model():
+    # Framing and facts read without weights are fine; loading code and the executor are not.
+    loaders = ("aisql.executor", "aisql.planner", "aisql.engine.loader", "aisql.engine.hf", "aisql.engine.model_runner")
+    assert offending("sql", loaders) == {}
+    assert offending("functions", loaders) == {}
+
+
+@pytest.mark.parametrize("rules_user", ["executor", "engine", "sql", "functions"])
+def test_rule_modules_are_imported_by_the_optimizer_alone(rules_user):
+    assert offending(rules_user, ("aisql.planner.rules",)) == {}
+
+
+def test_importing_the_front_end_loads_no_model_code():
+    import subprocess
+    import sys
+
+    code = "import sys, aisql.sql.bind, aisql.functions; print(sorted(m for m in sys.modules if m.startswith('aisql.engine')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "aisql.engine.loader" not in loaded and "torch" not in loaded, loaded
