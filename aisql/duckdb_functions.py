@@ -33,7 +33,7 @@ import pyarrow as pa
 from aisql import functions as registry
 from aisql.engine.base import Engine
 from aisql.errors import AisqlError
-from aisql.executor.answering import RunOptions, answer_texts
+from aisql.executor.answering import RunOptions
 from aisql.executor.answers import Answer, AnswerStore
 from aisql.executor.bound_calls import with_arity
 from aisql.executor.evaluate import OVERFLOW_MODES
@@ -56,6 +56,7 @@ class DuckDBFunctions:
     def __init__(self, session: ModelSession, options: RunOptions) -> None:
         self.session = session
         self.options = options
+        self.answering = session.answering(options)
         self.stats: dict[str, NodeStats] = {
             f.duckdb_name: NodeStats(node=f.duckdb_name, function=f.duckdb_name, strategy="vector")
             for f in registry.FUNCTIONS
@@ -109,23 +110,13 @@ class DuckDBFunctions:
         for task, text in rows:
             counts = by_task.setdefault(task, {})
             counts[text] = counts.get(text, 0) + 1
-        session = self.session
         answers: dict[Task, dict[str, Answer]] = {}
         for task, counts in by_task.items():
-            key = task.store_key(session.fingerprint())
             try:
-                answers[task] = answer_texts(
-                    counts,
-                    task,
-                    key,
-                    engine=lambda: session.engine,
-                    lock=session.lock,
-                    store=session.store,
-                    options=self.options,
-                    stats=stats,
-                    seen=self._seen.setdefault(key, set()),
-                    progress=(function, function),
+                answers[task], done = self.answering.answer_texts(
+                    counts, task, seen=self._seen.setdefault(self.answering.key(task), set()), progress=(function, function)
                 )
+                stats.add(done)
             except AisqlError as err:
                 raise UdfError(f"{function}: {err.message}") from None
         stats.wall_s += time.perf_counter() - started

@@ -294,18 +294,14 @@ def test_max_prompts_holds_with_shards_in_flight(pool_con):
     """Shards in flight reserve their prompts: the workers never answer past --max-prompts."""
     import threading
 
-    from aisql.executor.answering import RunOptions, answer_texts
+    from aisql.executor.answering import Answering, RunOptions
     from aisql.executor.answers import MemoryAnswerStore
     from aisql.executor.budget import Budget, BudgetExceeded
-    from aisql.executor.run_stats import NodeStats
 
     store = MemoryAnswerStore()
-    stats = NodeStats("n1", "AI.IF", "batched")
     options = RunOptions(budget=Budget(max_prompts=10), checkpoint_every=4)
+    answering = Answering(lambda: pool_con.engine, store, threading.RLock(), options=options)
     counts = {f"review number {i} says the parcel came late": 1 for i in range(40)}
-    with pytest.raises(BudgetExceeded, match="--max-prompts 10"):
-        answer_texts(
-            counts, _score_task(), "budget-test", engine=lambda: pool_con.engine, lock=threading.RLock(), store=store,
-            options=options, stats=stats, seen=set(), progress=("n1", "AI.IF"),
-        )
-    assert len(store) == stats.prompts_evaluated == 10  # exactly the limit answered, and kept
+    with pytest.raises(BudgetExceeded, match="--max-prompts 10") as stop:
+        answering.answer_texts(counts, _score_task(), seen=set(), progress=("n1", "AI.IF"), key="budget-test")
+    assert len(store) == stop.value.counts.prompts_evaluated == 10  # exactly the limit answered, and kept

@@ -89,6 +89,15 @@ class EngineStats:
     def copy(self) -> "EngineStats":
         return dataclasses.replace(self)
 
+    def __add__(self, other: "EngineStats") -> "EngineStats":
+        """The work of both: counters add up; levels (peak KV, cache size) take the larger. The one
+        rule for summing engine work: chunks of a node, samples, the workers of a pool."""
+        values = {}
+        for f in dataclasses.fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            values[f.name] = max(mine, theirs) if f.name in self._LEVELS else mine + theirs
+        return EngineStats(**values)
+
     def since(self, earlier: "EngineStats") -> "EngineStats":
         values = {}
         for f in dataclasses.fields(self):
@@ -149,6 +158,10 @@ class Engine(Protocol):
     info: ModelInfo
     stats: EngineStats
     format: object  # aisql.engine.prompt_format.PromptFormat: the model's prompt framing
+    # Several engines behind this one, each with its own prefix cache (aisql.executor.cluster's
+    # WorkerPool): the executor then answers a node shard by shard instead of chunk by chunk.
+    # None for one engine (embedded, vLLM, remote).
+    pool: object | None
 
     def facts(self) -> ModelFacts:
         """Prompt format and shape, for planning."""

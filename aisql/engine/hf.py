@@ -32,6 +32,8 @@ from aisql.engine.speculative import NgramIndex, SpeculationConfig
 
 
 class HFEngine(EncodesPrompts):
+    pool = None  # one engine, not a worker pool (Engine.pool)
+
     def __init__(
         self,
         model,

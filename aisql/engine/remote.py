@@ -58,6 +58,8 @@ def remote_fingerprint(spec: str) -> str:
 
 
 class RemoteEngine(EncodesPrompts):
+    pool = None  # one engine, not a worker pool (Engine.pool)
+
     def __init__(
         self,
         spec: str,

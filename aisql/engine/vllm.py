@@ -46,6 +46,8 @@ def load_vllm_engine(model: str, options) -> "VLLMEngine":
 
 
 class VLLMEngine(EncodesPrompts):
+    pool = None  # one engine, not a worker pool (Engine.pool)
+
     def __init__(self, model: str, options) -> None:
         import vllm
 

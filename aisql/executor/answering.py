@@ -1,28 +1,39 @@
-"""Evaluate prepared prompts in chunks, committing each chunk's answers before the next starts.
+"""The one answering path: distinct prompt texts of a task -> answers, through the result cache
+and the engine, committed in checkpoints.
 
-A crash or `kill -9` loses at most the chunk in flight: everything before it is in the answer
-store, and a rerun asks the model only for what is not. A chunk ends after `checkpoint_every`
-prompts or about `checkpoint_seconds` of model time (measured on the previous chunk), whichever
-comes first. The budget is spent chunk by chunk, and progress is reported per chunk. The prefix
-KV cache outlives a chunk, so chunking costs no prefix reuse.
+`Answering` is built once per run and holds what every caller needs: the engine (loaded on first
+need), the lock that keeps one engine call at a time, the answer store, the model's fingerprint
+(the store key without loading the model) and the run's options. Planned nodes, naive rows,
+selectivity samples, aggregates and the DuckDB functions of `aisql.register` all ask it; each call
+returns its counts (`AnswerCounts`), which the caller adds to its own stats.
+
+Checkpoints: a crash or `kill -9` loses at most the chunk in flight: everything before it is in
+the answer store, and a rerun asks the model only for what is not. A chunk ends after
+`checkpoint_every` prompts or about `checkpoint_seconds` of model time (measured on the previous
+chunk), whichever comes first. The budget is spent chunk by chunk, and progress is reported per
+chunk. The prefix KV cache outlives a chunk, so chunking costs no prefix reuse. An engine with a
+worker pool behind it (`Engine.pool`) is answered shard by shard instead (aisql.executor.sharded).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
-from aisql.engine.base import Engine
+from aisql.engine.base import Engine, EngineStats
+from aisql.executor import aggregate
 from aisql.executor.answers import Answer, AnswerStore
-from aisql.executor.budget import Budget
+from aisql.executor.budget import Budget, BudgetExceeded
 from aisql.executor.evaluate import Prepared, prepare, run
 from aisql.executor.progress import NoProgress, Progress
-from aisql.executor.run_stats import NodeStats
-from aisql.executor import aggregate
+from aisql.executor.run_stats import ANSWER_COUNTS, add_worker_counts
 from aisql.functions import Request, Task
 from aisql.planner.approximation import Targets, call_targets
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -42,138 +53,170 @@ class RunOptions:
         return call_targets(call.function.approximates, call.hints, self.approximate)
 
 
-def evaluate_checkpointed(
-    engine: Callable[[], Engine],
-    lock: threading.RLock,
-    task: Task,
-    items: Sequence[Prepared],
-    *,
-    store: AnswerStore,
-    key: str,
-    options: RunOptions,
-    stats: NodeStats,
-    progress: tuple[str, str, int],
-    known: dict[str, Answer],
-) -> None:
-    """Answers of `items` (in their order) into `known` and `store`; counts into `stats`.
-    `progress` is (node id, description, prompts already answered from the cache)."""
-    node_id, description, cached = progress
-    options.progress.start(node_id, description, len(items), cached)
-    size = max(1, options.checkpoint_every)
-    done = 0
-    try:
-        with lock:
-            model = engine()
-            if getattr(model, "pool", None) is not None:  # a ClusterEngine: shards over its workers
+@dataclass
+class AnswerCounts:
+    """What answering did, returned to the caller: prompts as naive execution counts them, what
+    the model ran (`work`), and per worker on a pool."""
+
+    prompts_total: int = 0  # rows with a prompt
+    prompts_unique: int = 0  # of those, texts new to the caller
+    prompts_cached: int = 0  # new texts answered from the result cache
+    prompts_evaluated: int = 0  # texts sent to the model
+    prompts_truncated: int = 0
+    logical_tokens: int = 0  # what naive execution would run
+    work: EngineStats = field(default_factory=EngineStats)
+    workers: dict[str, dict] = field(default_factory=dict)  # on a pool: shards / prompts / computed tokens / busy s
+
+    def __add__(self, other: "AnswerCounts | None") -> "AnswerCounts":
+        total = dataclasses.replace(self, work=self.work.copy(), workers={k: dict(v) for k, v in self.workers.items()})
+        if other is not None:
+            total += other
+        return total
+
+    def __iadd__(self, other: "AnswerCounts") -> "AnswerCounts":
+        for name in ANSWER_COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.work = self.work + other.work
+        add_worker_counts(self.workers, other.workers)
+        return self
+
+
+@dataclass
+class Answering:
+    """One run's way to answers (see the module docstring)."""
+
+    engine: Callable[[], Engine]  # loaded on first need, so SQL errors surface before any model loads
+    store: AnswerStore
+    lock: threading.RLock = field(default_factory=threading.RLock)  # one engine call at a time
+    fingerprint: Callable[[], str] = lambda: ""  # names the model in the store without loading it
+    options: RunOptions = field(default_factory=RunOptions)
+
+    def key(self, task: Task) -> str:
+        """Where a task's answers live in the store: per model, per task."""
+        return task.store_key(self.fingerprint())
+
+    def measured(self, ask: Callable[[Engine], T]) -> tuple[T, EngineStats]:
+        """`ask(engine)` under the lock: its result and the engine work it did."""
+        with self.lock:
+            model = self.engine()
+            before = model.stats.copy()
+            result = ask(model)
+            return result, model.stats.since(before)
+
+    # ---- distinct texts -> answers -------------------------------------------------------------
+    def answer_texts(
+        self,
+        counts: dict[str, int],
+        task: Task,
+        *,
+        seen: set[str],
+        progress: tuple[str, str],
+        group_by: Callable[[str], tuple] | None = None,
+        key: str | None = None,
+    ) -> tuple[dict[str, Answer], AnswerCounts]:
+        """Answers for the distinct prompt texts of one task (`counts`: text -> rows asking it):
+        the result cache first, the rest evaluated in prefix order (within `group_by` groups) with
+        checkpoints; and the counts (texts new to the caller's `seen` count as unique).
+        `progress` is (node id, description).
+
+        An aggregate task's texts are groups (JSON lists of values): each is reduced by map-reduce
+        over GENERATE prompts answered through this same method (aisql.executor.aggregate)."""
+        key = key or self.key(task)
+        if task.request is Request.AGGREGATE:
+            return self._answer_groups(counts, task, key, seen=seen, progress=progress)
+        done = AnswerCounts(prompts_total=sum(counts.values()))
+        new = [t for t in counts if t not in seen]
+        done.prompts_unique = len(new)
+        seen.update(new)
+        known = self.store.get_many(key, list(counts))
+        done.prompts_cached = sum(1 for t in new if t in known)
+        todo = [t for t in counts if t not in known]
+        if todo:
+            with self.lock:
+                items = prepare(self.engine(), task, todo, group_by=group_by, on_overflow=self.options.on_overflow)
+            try:
+                done += self.evaluate_checkpointed(task, items, key=key, progress=(*progress, len(counts) - len(todo)), known=known)
+            except BudgetExceeded as stop:
+                stop.counts = done + stop.counts
+                raise
+        done.logical_tokens = sum(count * known[text].cost for text, count in counts.items())
+        return known, done
+
+    def evaluate_checkpointed(
+        self, task: Task, items: Sequence[Prepared], *, key: str, progress: tuple[str, str, int], known: dict[str, Answer]
+    ) -> AnswerCounts:
+        """Answers of `items` (in their order) into `known` and the store, chunk by chunk (or shard
+        by shard on a worker pool). `progress` is (node id, description, prompts already answered
+        from the cache). A budget stop carries the counts of what was answered before it."""
+        node_id, description, cached = progress
+        options = self.options
+        options.progress.start(node_id, description, len(items), cached)
+        done = AnswerCounts()
+        try:
+            with self.lock:
+                model = self.engine()
+            if model.pool is not None:  # shards over its workers
                 from aisql.executor.sharded import evaluate_sharded
 
-                evaluate_sharded(model, task, items, store=store, key=key, options=options, stats=stats, known=known, node_id=node_id)
-                return
-        while done < len(items):
-            chunk = items[done : done + size]
-            budget = options.budget
-            if budget is not None:
-                chunk = chunk[: budget.allowed(len(chunk))]
-                if not chunk:
-                    raise budget.stopped()
-            with lock:
-                model = engine()
-                before = model.stats.copy()
+                evaluate_sharded(model, task, items, store=self.store, key=key, options=options, counts=done, known=known, node_id=node_id)
+                return done
+            size = max(1, options.checkpoint_every)
+            position = 0
+            while position < len(items):
+                chunk = items[position : position + size]
+                budget = options.budget
+                if budget is not None:
+                    chunk = chunk[: budget.allowed(len(chunk))]
+                    if not chunk:
+                        raise budget.stopped()
                 started = time.perf_counter()
-                fresh = run(model, task, chunk)
+                fresh, work = self.measured(lambda engine: run(engine, task, chunk))
                 elapsed = time.perf_counter() - started
-                delta = model.stats.since(before)
-            stats.add_engine(delta)
-            store.put_many(key, fresh)  # the checkpoint: committed before the next chunk
-            known.update(fresh)
-            stats.prompts_evaluated += len(fresh)
-            stats.prompts_truncated += sum(1 for p in chunk if p.truncated)
-            if budget is not None:
-                budget.spend(len(fresh), elapsed)
-            options.progress.advance(node_id, len(fresh), delta.computed_tokens)
-            done += len(chunk)
-            # Next chunk: about checkpoint_seconds of model time at this chunk's rate.
-            rate = len(chunk) / max(elapsed, 1e-6)
-            size = max(1, min(options.checkpoint_every, int(rate * options.checkpoint_seconds)))
-    finally:
-        options.progress.finish(node_id)
+                done.work = done.work + work
+                self.store.put_many(key, fresh)  # the checkpoint: committed before the next chunk
+                known.update(fresh)
+                done.prompts_evaluated += len(fresh)
+                done.prompts_truncated += sum(1 for p in chunk if p.truncated)
+                if budget is not None:
+                    budget.spend(len(fresh), elapsed)
+                options.progress.advance(node_id, len(fresh), work.computed_tokens)
+                position += len(chunk)
+                # Next chunk: about checkpoint_seconds of model time at this chunk's rate.
+                rate = len(chunk) / max(elapsed, 1e-6)
+                size = max(1, min(options.checkpoint_every, int(rate * options.checkpoint_seconds)))
+        except BudgetExceeded as stop:
+            stop.counts = done
+            raise
+        finally:
+            options.progress.finish(node_id)
+        return done
 
+    def _answer_groups(self, counts: dict[str, int], task: Task, key: str, *, seen: set[str], progress) -> tuple[dict[str, Answer], AnswerCounts]:
+        """Final answers of aggregate groups: the cache first; the rest reduced level by level, every
+        map and reduce prompt answered (cached, checkpointed) like any GENERATE prompt."""
+        done = AnswerCounts()
+        known = self.store.get_many(key, list(counts))
+        for text in counts:  # a cached group counts as one prompt answered from the cache
+            if text in known:
+                done.prompts_total += 1
+                done.prompts_unique += text not in seen
+                done.prompts_cached += text not in seen
+                seen.add(text)
+        todo = [t for t in counts if t not in known]
+        if not todo:
+            return known, done
+        fingerprint = key.rsplit("/", 1)[0]
+        stage_seen: set[str] = set()
 
-def answer_texts(
-    counts: dict[str, int],
-    task: Task,
-    key: str,
-    *,
-    engine: Callable[[], Engine],
-    lock: threading.RLock,
-    store: AnswerStore,
-    options: RunOptions,
-    stats: NodeStats,
-    seen: set[str],
-    progress: tuple[str, str],
-    group_by: Callable[[str], tuple] | None = None,
-) -> dict[str, Answer]:
-    """Answers for the distinct prompt texts of one task (`counts`: text -> rows asking it): the
-    result cache first, the rest evaluated in prefix order (within `group_by` groups) with
-    checkpoints. Counts prompts (total, new to this caller's `seen`, cached) and logical tokens
-    into `stats`. Shared by planned AI nodes and the DuckDB functions of aisql.duckdb_functions.
+        def answer(stage: Task, stage_counts: dict[str, int]) -> dict[str, Answer]:
+            nonlocal done
+            answers, stage_done = self.answer_texts(stage_counts, stage, seen=stage_seen, progress=progress, key=stage.store_key(fingerprint))
+            done += stage_done
+            return answers
 
-    An aggregate task's texts are groups (JSON lists of values): each is reduced by map-reduce
-    over GENERATE prompts answered through this same function (aisql.executor.aggregate)."""
-    if task.request is Request.AGGREGATE:
-        return _answer_groups(counts, task, key, engine=engine, lock=lock, store=store, options=options, stats=stats, seen=seen, progress=progress)
-    stats.prompts_total += sum(counts.values())
-    new = [t for t in counts if t not in seen]
-    stats.prompts_unique += len(new)
-    seen.update(new)
-    known = store.get_many(key, list(counts))
-    stats.prompts_cached += sum(1 for t in new if t in known)
-    todo = [t for t in counts if t not in known]
-    if todo:
-        with lock:
-            items = prepare(engine(), task, todo, group_by=group_by, on_overflow=options.on_overflow)
-        evaluate_checkpointed(
-            engine,
-            lock,
-            task,
-            items,
-            store=store,
-            key=key,
-            options=options,
-            stats=stats,
-            progress=(*progress, len(counts) - len(todo)),
-            known=known,
-        )
-    for text, count in counts.items():
-        stats.logical_tokens += count * known[text].cost
-    return known
-
-
-def _answer_groups(counts: dict[str, int], task: Task, key: str, *, engine, lock, store, options, stats, seen, progress) -> dict[str, Answer]:
-    """Final answers of aggregate groups: the cache first; the rest reduced level by level, every
-    map and reduce prompt answered (cached, checkpointed) like any GENERATE prompt."""
-    known = store.get_many(key, list(counts))
-    for text in counts:  # a cached group counts as one prompt answered from the cache
-        if text in known:
-            stats.prompts_total += 1
-            stats.prompts_unique += text not in seen
-            stats.prompts_cached += text not in seen
-            seen.add(text)
-    todo = [t for t in counts if t not in known]
-    if not todo:
-        return known
-    fingerprint = key.rsplit("/", 1)[0]
-    stage_seen: set[str] = set()
-
-    def answer(stage: Task, stage_counts: dict[str, int]) -> dict[str, Answer]:
-        return answer_texts(
-            stage_counts, stage, stage.store_key(fingerprint), engine=engine, lock=lock, store=store,
-            options=options, stats=stats, seen=stage_seen, progress=progress,
-        )
-
-    with lock:
-        packer = aggregate.packer_for(engine(), task)
-    finals, _ = aggregate.reduce_groups(todo, task, packer, answer)
-    store.put_many(key, finals)
-    known.update(finals)
-    return known
+        with self.lock:
+            packer = aggregate.packer_for(self.engine(), task)
+        finals, _ = aggregate.reduce_groups(todo, task, packer, answer)
+        self.store.put_many(key, finals)
+        known.update(finals)
+        return known, done

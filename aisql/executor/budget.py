@@ -14,7 +14,10 @@ from aisql.errors import AisqlError
 
 
 class BudgetExceeded(AisqlError):
-    """A run would cross --max-prompts or --max-cost."""
+    """A run would cross --max-prompts or --max-cost. Raised by the answering path, it carries the
+    counts (aisql.executor.answering.AnswerCounts) of what was answered, and kept, before the stop."""
+
+    counts = None
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any, Protocol, Sequence
 import duckdb
 import numpy as np
 
+from aisql.executor.answering import Answering
 from aisql.executor.answers import Answer
 from aisql.executor.node_runtime import NodeRuntime
 from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN
@@ -37,9 +38,10 @@ def embedding_store_key(embeddings: EmbeddingSource) -> str:
 
 
 class EmbeddingRuntime(NodeRuntime):
-    def __init__(self, node, embeddings: EmbeddingSource, store, lock, options) -> None:
-        super().__init__(node, lambda: None, store, lock, options=options)
+    def __init__(self, node, embeddings: EmbeddingSource, answering: Answering) -> None:
+        super().__init__(node, answering)  # its store, lock and options; the embedding model is `embeddings`
         self.embeddings = embeddings
+        self.store, self.lock = answering.store, answering.lock
         self.index: dict[str, int] = {}  # text -> row of self.matrix
         self.rows: list[np.ndarray] = []  # unit vectors, float32
         self.vectors: dict[str, list[float]] = {}  # text -> the model's vector, as stored
@@ -210,11 +212,12 @@ def _unit(vector: Sequence[float]) -> np.ndarray:
     return row / norm if norm > 0 else row
 
 
-def vectors_for(texts: Sequence[str], embeddings: EmbeddingSource, store, lock, chunk: int = 256) -> np.ndarray:
+def vectors_for(texts: Sequence[str], embeddings: EmbeddingSource, answering: Answering, chunk: int = 256) -> np.ndarray:
     """The embedding model's vectors of `texts` as a matrix (the result cache first, the rest
     embedded in sorted chunks, each committed): for callers other than an embedding node (the
     approximate mode's proxy)."""
     key = embedding_store_key(embeddings)
+    store, lock = answering.store, answering.lock
     known = {t: a.value for t, a in store.get_many(key, list(texts)).items()}
     todo = sorted(t for t in set(texts) if t not in known)
     for start in range(0, len(todo), chunk):

@@ -9,7 +9,6 @@ one prompt per row, no dedup, no store: the reference every optimisation is chec
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from typing import Any, Callable, Sequence
 
@@ -17,9 +16,8 @@ import duckdb
 
 from aisql.engine.base import Engine
 from aisql.errors import AisqlError
-from aisql.executor.answers import AnswerStore
 from aisql.executor.budget import BudgetExceeded
-from aisql.executor.answering import RunOptions, answer_texts
+from aisql.executor.answering import Answering
 from aisql.executor.evaluate import evaluate
 from aisql.executor.prompts import PromptSet
 from aisql.executor.run_stats import NodeStats
@@ -28,23 +26,12 @@ from aisql.planner.plan import AINode, Strategy
 
 
 class NodeRuntime:
-    def __init__(
-        self,
-        node: AINode,
-        engine: Callable[[], Engine],
-        store: AnswerStore,
-        lock: threading.RLock,
-        model_fingerprint: Callable[[], str] = lambda: "",
-        options: RunOptions | None = None,
-    ) -> None:
+    def __init__(self, node: AINode, answering: Answering) -> None:
         self.node = node
         self.call = node.call
         self.task: Task = node.call.task
-        self._engine = engine
-        self.store = store
-        self.lock = lock
-        self._model_fingerprint = model_fingerprint
-        self.options = options or RunOptions()
+        self.answering = answering
+        self.options = answering.options
         self.values: dict[tuple, Any] = {}  # argument tuple -> SQL value
         self.seen_texts: set[str] = set()
         # Stopped early (LIMIT): tuples never asked answer NULL, which no predicate keeps.
@@ -102,7 +89,7 @@ class NodeRuntime:
     @property
     def engine(self) -> Engine:
         """Loaded on first need, so SQL errors surface before any model is loaded."""
-        return self._engine()
+        return self.answering.engine()
 
     def stream_instead(self, reason: str) -> None:
         self.node = dataclasses.replace(self.node, strategy=Strategy.STREAMING, note=reason)
@@ -127,27 +114,17 @@ class NodeRuntime:
         self.stats.wall_s += time.perf_counter() - started
         return out
 
-    @property
-    def store_key(self) -> str:
-        """Answers are kept per model (fingerprint) and task (function, instruction, labels)."""
-        return self.task.store_key(self._model_fingerprint())
-
     def _answer(self, prompts: PromptSet) -> None:
         """Fill self.values for every tuple of `prompts`, asking the model only for new texts."""
         try:
-            known = answer_texts(
+            known, counts = self.answering.answer_texts(
                 prompts.counts,
                 self.task,
-                self.store_key,
-                engine=lambda: self.engine,
-                lock=self.lock,
-                store=self.store,
-                options=self.options,
-                stats=self.stats,
                 seen=self.seen_texts,
                 progress=(self.node.id, self.call.describe()),
                 group_by=self._anchor_groups(prompts),
             )
+            self.stats.add(counts)
         except BudgetExceeded:
             raise
         except AisqlError as err:
@@ -180,7 +157,7 @@ class NodeRuntime:
                 list(prompts.counts),
                 targets,
                 ask_llm=ask_llm,
-                embed=lambda texts: vectors_for(texts, self.options.embeddings, self.store, self.lock),
+                embed=lambda texts: vectors_for(texts, self.options.embeddings, self.answering),
             )
         except AisqlError as err:
             raise self._located(err) from None
@@ -207,13 +184,11 @@ class NodeRuntime:
         budget = self.options.budget
         if budget is not None and not budget.allowed(1):
             raise budget.stopped()
-        with self.lock:
-            before = self.engine.stats.copy()
-            try:
-                value, cost = self._naive_answer(text)
-            except AisqlError as err:
-                raise self._located(err) from None
-            self.stats.add_engine(self.engine.stats.since(before))
+        try:
+            (value, cost), work = self.answering.measured(self._naive_answer(text))
+        except AisqlError as err:
+            raise self._located(err) from None
+        self.stats.add_engine(work)
         if budget is not None:
             budget.spend(1, time.perf_counter() - started)
         self.stats.rows_in += 1
@@ -225,10 +200,14 @@ class NodeRuntime:
         self.stats.wall_s += time.perf_counter() - started
         return value
 
-    def _naive_answer(self, text: str) -> tuple[Any, int]:
-        answers = evaluate(self.engine, self.task, [text], naive=True, on_overflow=self.options.on_overflow)
-        answer = answers[text]
-        return answer.value, answer.cost
+    def _naive_answer(self, text: str) -> Callable[[Engine], tuple[Any, int]]:
+        """One text asked alone of an engine: (value, cost)."""
+
+        def ask(engine: Engine) -> tuple[Any, int]:
+            answer = evaluate(engine, self.task, [text], naive=True, on_overflow=self.options.on_overflow)[text]
+            return answer.value, answer.cost
+
+        return ask
 
     def _located(self, err: AisqlError) -> AisqlError:
         if err.line is None:

@@ -137,19 +137,9 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         approximate=None if request.naive else approximate_targets(request.approximate),
         embeddings=session,
     )
-    executor = Executor(
-        con,
-        lambda: session.engine,
-        session.store,
-        lock=session.lock,
-        naive=request.naive,
-        model_fingerprint=session.fingerprint,
-        options=options,
-        embeddings=session,
-    )
-    samples = None
-    if not request.naive:
-        samples = SampleEvaluator(lambda: session.engine, session.store, session.fingerprint, budget, request.on_overflow)
+    answering = session.answering(options)
+    executor = Executor(con, answering, naive=request.naive, embeddings=session)
+    samples = None if request.naive else SampleEvaluator(answering)
     nodes = []
     table = None
     results: list[tuple[int, pa.Table]] = []
@@ -286,7 +276,7 @@ def explain_script(
     source = SourceText(sql_text)
     statements = bind_script(source, dialect, params)
     check_endpoints(statements, session)
-    sampler = SampleEvaluator(lambda: session.engine, session.store, session.fingerprint) if sample else None
+    sampler = SampleEvaluator(session.answering()) if sample else None
     stats = MeasuredStatistics(con, session.facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0, embedding_model=session.embedding_model)
     profile = hardware_profile(hardware, price_per_hour, cpu_calibration)
     measured = _measured_here(profile, session)

@@ -8,22 +8,19 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
-from typing import Callable
 
 import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from aisql.engine.base import Engine
 from aisql.executor import bound_calls
-from aisql.executor.answers import AnswerStore
+from aisql.executor.answering import Answering
 from aisql.errors import AisqlError
 from aisql.executor.duckdb_errors import translate
 from aisql.executor.embedding_runtime import EmbeddingRuntime, EmbeddingSource
 from aisql.functions import Request
-from aisql.executor.node_runtime import NodeRuntime, RunOptions
+from aisql.executor.node_runtime import NodeRuntime
 from aisql.executor.run_stats import NodeStats
 from aisql.planner.plan import Plan, Strategy
 from aisql.sql.bind import BoundStatement
@@ -38,26 +35,13 @@ class StatementResult:
 
 class Executor:
     def __init__(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        engine: Callable[[], Engine],
-        store: AnswerStore,
-        *,
-        naive: bool = False,
-        model_fingerprint: Callable[[], str] = lambda: "",
-        options: RunOptions | None = None,
-        lock: threading.RLock | None = None,
-        embeddings: EmbeddingSource | None = None,
+        self, con: duckdb.DuckDBPyConnection, answering: Answering, *, naive: bool = False, embeddings: EmbeddingSource | None = None
     ) -> None:
-        """`engine` is called when a prompt first needs the model (so bad SQL fails before
-        loading it); `model_fingerprint` names the model in the answer store without loading it."""
+        """`answering` holds the engine (loaded when a prompt first needs it, so bad SQL fails
+        before loading it), the answer store, the lock and the run's options."""
         self.con = con
-        self.engine = engine
-        self.store = store
+        self.answering = answering
         self.naive = naive
-        self.model_fingerprint = model_fingerprint
-        self.options = options or RunOptions()
-        self.lock = lock or threading.RLock()  # one engine call at a time
         self.embeddings = embeddings  # the embedding model of AI.EMBED / AI.SIMILARITY
 
     def check(self, bound: BoundStatement, source: SourceText) -> None:
@@ -103,8 +87,8 @@ class Executor:
 
     def _runtime(self, node) -> NodeRuntime:
         if node.call.function.request is Request.EMBED:
-            return EmbeddingRuntime(node, self._embedding_source(), self.store, self.lock, self.options)
-        return NodeRuntime(node, self.engine, self.store, self.lock, self.model_fingerprint, self.options)
+            return EmbeddingRuntime(node, self._embedding_source(), self.answering)
+        return NodeRuntime(node, self.answering)
 
     def _embedding_source(self) -> EmbeddingSource:
         if self.embeddings is None:

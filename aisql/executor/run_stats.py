@@ -48,8 +48,26 @@ class NodeStats:
     def add_engine(self, delta: EngineStats) -> None:
         for name in _FROM_ENGINE:
             setattr(self, name, getattr(self, name) + getattr(delta, name))
-        self.peak_kv_bytes = max(self.peak_kv_bytes, delta.peak_kv_bytes)
+        self.peak_kv_bytes = max(self.peak_kv_bytes, delta.peak_kv_bytes)  # a level, as EngineStats adds it
 
+    def add(self, counts) -> None:
+        """What one answering call did (aisql.executor.answering.AnswerCounts)."""
+        for name in ANSWER_COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(counts, name))
+        self.add_engine(counts.work)
+        add_worker_counts(self.workers, counts.workers)
+
+
+def add_worker_counts(into: dict[str, dict], other: dict[str, dict]) -> None:
+    """Per-worker counts (shards, prompts, computed tokens, busy seconds) of `other` added to `into`."""
+    for worker, theirs in other.items():
+        mine = into.setdefault(worker, {k: 0 for k in theirs})
+        for k, v in theirs.items():
+            mine[k] = round(mine[k] + v, 4) if isinstance(v, float) else mine[k] + v
+
+
+# The prompt counts an answering call returns (aisql.executor.answering.AnswerCounts).
+ANSWER_COUNTS = ("prompts_total", "prompts_unique", "prompts_cached", "prompts_evaluated", "prompts_truncated", "logical_tokens")
 
 _FROM_ENGINE = (
     "computed_tokens",

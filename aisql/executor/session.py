@@ -14,7 +14,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from aisql.engine.base import Engine, ModelFacts
 from aisql.engine.loader import EngineOptions, ResolvedModel, load_model_facts, load_resolved, resolve_model, resolve_model_spec
@@ -22,6 +22,9 @@ from aisql.engine.numerics import cuda_available
 from aisql.errors import AisqlWarning
 from aisql.executor.answers import AnswerStore
 from aisql.executor.cache import open_answer_store
+
+if TYPE_CHECKING:
+    from aisql.executor.answering import Answering, RunOptions
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,13 @@ class ModelSession:
             self._warn_to(message)
         else:
             print(message, file=sys.stderr)
+
+    def answering(self, options: "RunOptions | None" = None) -> "Answering":
+        """This model's way to answers for one run: the engine (loaded on first need), the result
+        cache, the engine lock and the fingerprint, with the run's options."""
+        from aisql.executor.answering import Answering, RunOptions
+
+        return Answering(lambda: self.engine, self.store, self.lock, self.fingerprint, options or RunOptions())
 
     def fingerprint(self) -> str:
         """The model's identity in the result cache: weights, tokenizer, numerics."""

@@ -16,7 +16,6 @@ from aisql.executor.answers import Answer, AnswerStore
 from aisql.executor.cluster.engine import ClusterEngine
 from aisql.executor.cluster.shards import prefix_groups
 from aisql.executor.evaluate import Prepared
-from aisql.executor.run_stats import NodeStats
 from aisql.functions import Task
 from aisql.executor.cluster.shard_plan import Group, ShardCutter
 
@@ -29,11 +28,12 @@ def evaluate_sharded(
     store: AnswerStore,
     key: str,
     options,
-    stats: NodeStats,
+    counts,
     known: dict[str, Answer],
     node_id: str,
 ) -> None:
-    """Answers of `items` into `known` and `store`; counts (per worker too) into `stats`."""
+    """Answers of `items` into `known` and `store`; counts (per worker too) into `counts` (an
+    aisql.executor.answering.AnswerCounts, which a budget stop carries)."""
     groups = prefix_groups(items, task, cluster.workers, cluster.ledger)
     cutter = ShardCutter(groups, cluster.workers, options.checkpoint_every)
     budget = options.budget
@@ -75,15 +75,15 @@ def evaluate_sharded(
         known.update(result.answers)
         count = len(result.answers)
         batch = [p for group in shard for p in group.payload]
-        stats.prompts_evaluated += count
-        stats.prompts_truncated += sum(1 for p in batch if p.truncated)
+        counts.prompts_evaluated += count
+        counts.prompts_truncated += sum(1 for p in batch if p.truncated)
         result.work.prefix_recompute_tokens = cluster.ledger.add(worker, [p.ids for p in batch])
-        stats.add_engine(result.work)
+        counts.work = counts.work + result.work
         cluster.absorb(result.work)
         if budget is not None:
             budget.spend(count, result.busy_s)
             reserved -= count
-        mine = stats.workers.setdefault(worker, {"shards": 0, "prompts": 0, "computed_tokens": 0, "busy_s": 0.0})
+        mine = counts.workers.setdefault(worker, {"shards": 0, "prompts": 0, "computed_tokens": 0, "busy_s": 0.0})
         mine["shards"] += 1
         mine["prompts"] += count
         mine["computed_tokens"] += result.work.computed_tokens

@@ -41,10 +41,8 @@ class ClusterEngine(EncodesPrompts):
         self.ledger.clear()
 
     def absorb(self, work: EngineStats) -> None:
-        """Add a worker's counters to this engine's (levels such as peak KV: the largest)."""
-        for f in dataclasses.fields(EngineStats):
-            mine, theirs = getattr(self.stats, f.name), getattr(work, f.name)
-            setattr(self.stats, f.name, max(mine, theirs) if f.name in EngineStats._LEVELS else mine + theirs)
+        """Add a worker's counters to this engine's (EngineStats addition: levels take the largest)."""
+        self.stats = self.stats + work
 
     def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:
         (results, work), worker = self.pool.call("score", list(requests), reuse)
