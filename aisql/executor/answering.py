@@ -30,7 +30,8 @@ from aisql.executor.budget import Budget, BudgetExceeded
 from aisql.executor.evaluate import Prepared, prepare, run
 from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.run_stats import ANSWER_COUNTS, add_worker_counts
-from aisql.functions import Request, Task
+from aisql.executor.request_kinds import kind_of
+from aisql.functions import Task
 from aisql.planner.approximation import Targets, call_targets
 
 T = TypeVar("T")
@@ -122,7 +123,7 @@ class Answering:
         An aggregate task's texts are groups (JSON lists of values): each is reduced by map-reduce
         over GENERATE prompts answered through this same method (aisql.executor.aggregate)."""
         key = key or self.key(task)
-        if task.request is Request.AGGREGATE:
+        if kind_of(task).groups:
             return self._answer_groups(counts, task, key, seen=seen, progress=progress)
         done = AnswerCounts(prompts_total=sum(counts.values()))
         new = [t for t in counts if t not in seen]

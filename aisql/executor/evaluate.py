@@ -8,15 +8,14 @@ may run the ordered prompts in chunks, committing answers after each one.
 
 from __future__ import annotations
 
-import hashlib
-import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from aisql.engine.base import Engine, GenerateRequest, ScoreRequest
+from aisql.engine.base import Engine
 from aisql.errors import ModelError
 from aisql.executor.answers import Answer
-from aisql.functions import Request, Task
+from aisql.executor.request_kinds import kind_of
+from aisql.functions import Task
 
 OVERFLOW_MODES = ("error", "truncate")
 
@@ -45,7 +44,7 @@ def prepare(
     if not texts:
         return []
     ids = engine.encode_prompts(task.framing, list(texts))
-    label_ids = tuple(engine.encode_label(label, task.framing) for label in task.labels) if task.request is Request.SCORE else ()
+    label_ids = tuple(engine.encode_label(label, task.framing) for label in task.labels) if kind_of(task).labels else ()
     items = [_fit(engine, task, text, prompt, label_ids, on_overflow) for text, prompt in zip(texts, ids)]
     if group_by is None:
         return sorted(items, key=lambda p: p.ids)
@@ -53,49 +52,16 @@ def prepare(
 
 
 def run(engine: Engine, task: Task, items: Sequence[Prepared], *, naive: bool = False) -> dict[str, Answer]:
-    """Answers for prepared prompts, in one engine call. `naive`: no KV reuse, no speculation."""
+    """Answers for prepared prompts, in one engine call of the task's kind. `naive`: no KV reuse, no speculation."""
     if not items:
         return {}
-    answers: dict[str, Answer] = {}
-    function = task.function
-    if task.request is Request.SCORE:
-        label_ids = tuple(engine.encode_label(label, task.framing) for label in task.labels)
-        requests = [ScoreRequest(p.ids, label_ids) for p in items]
-        for item, request, scores in zip(items, requests, engine.score(requests, reuse=not naive)):
-            answers[item.text] = Answer(
-                value=function.value_from_scores(task, scores.logprobs),
-                cost=request.standalone_tokens(),
-                score=math.exp(scores.logprobs[scores.best]),
-            )
-    elif task.sampling is not None:
-        # Seeded sampling: each prompt's draws come from a seed of (the call's seed, its text), and
-        # each prompt runs alone with nothing reused in either mode — identical numerics, so
-        # planned == naive and a cached answer is the answer a rerun would draw.
-        room = engine.info.max_context
-        temperature, top_p, seed = task.sampling
-        for item in items:
-            request = GenerateRequest(
-                item.ids, min(task.max_tokens or 1, room - len(item.ids)), temperature=temperature, top_p=top_p, seed=_text_seed(seed, item.text)
-            )
-            (generation,) = engine.generate([request], reuse=False, speculative=False)
-            answers[item.text] = Answer(value=function.value_from_text(task, generation.text), cost=generation.standalone_tokens(request))
-    else:
-        room = engine.info.max_context
-        requests = [GenerateRequest(p.ids, min(task.max_tokens or 1, room - len(p.ids)), grammar=task.grammar) for p in items]
-        generations = engine.generate(requests, reuse=not naive, speculative=not naive)
-        for item, request, generation in zip(items, requests, generations):
-            answers[item.text] = Answer(value=function.value_from_text(task, generation.text), cost=generation.standalone_tokens(request))
-    return answers
-
-
-def _text_seed(seed: int, text: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"{seed}\x1f{text}".encode()).digest()[:8], "big") >> 1
+    return kind_of(task).run(engine, task, items, naive)
 
 
 def evaluate(engine: Engine, task: Task, texts: Sequence[str], *, naive: bool = False, **options) -> dict[str, Answer]:
     """prepare + run in one go (for small sets: samples, one naive row). An aggregate task's
     texts are groups, reduced by map-reduce over the same calls (aisql.executor.aggregate)."""
-    if task.request is Request.AGGREGATE:
+    if kind_of(task).groups:
         from aisql.executor import aggregate
 
         def answer(stage: Task, counts: dict[str, int]) -> dict[str, Answer]:

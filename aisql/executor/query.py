@@ -26,6 +26,7 @@ from aisql.executor.measured_statistics import MeasuredStatistics
 from aisql.executor.answering import RunOptions
 from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.run import Executor
+from aisql.executor.request_kinds import kind_of
 from aisql.executor.run_stats import RunStats
 from aisql.executor import throughput
 from aisql.executor.sampling import SampleEvaluator
@@ -294,14 +295,13 @@ def explain_script(
 def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, checkpoint_every: int) -> dict[str, dict]:
     """Each estimable node's prompts cut into shards for `workers` workers, from DuckDB's
     per-anchor counts and the token profile (no prompt rendered): aisql.executor.cluster.shard_plan."""
-    from aisql.functions import Request
     from aisql.executor.cluster.shard_plan import estimated_groups, node_plan
 
     out: dict[str, dict] = {}
     for plan, estimate in zip(plans, estimates):
         for node in plan.nodes:
             est = estimate.node(node.id) if estimate else None
-            if est is None or est.quality != "estimate" or node.call.function.request not in (Request.SCORE, Request.GENERATE):
+            if est is None or est.quality != "estimate" or not kind_of(node.call.function.request).shards:
                 continue
             sizes, tokens = stats.leading_group_sizes(node), stats.token_profile(node)
             if not sizes or tokens is None:

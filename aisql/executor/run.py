@@ -18,8 +18,8 @@ from aisql.executor import bound_calls
 from aisql.executor.answering import Answering
 from aisql.errors import AisqlError
 from aisql.executor.duckdb_errors import translate
-from aisql.executor.embedding_runtime import EmbeddingRuntime, EmbeddingSource
-from aisql.functions import Request
+from aisql.executor.embedding_runtime import EmbeddingSource
+from aisql.executor.request_kinds import kind_of
 from aisql.executor.node_runtime import NodeRuntime
 from aisql.executor.run_stats import NodeStats
 from aisql.planner.plan import Plan, Strategy
@@ -86,9 +86,7 @@ class Executor:
         return StatementResult(table, [r.stats for r in runtimes])
 
     def _runtime(self, node) -> NodeRuntime:
-        if node.call.function.request is Request.EMBED:
-            return EmbeddingRuntime(node, self._embedding_source(), self.answering)
-        return NodeRuntime(node, self.answering)
+        return kind_of(node.call.function.request).runtime(node, self.answering, self._embedding_source)
 
     def _embedding_source(self) -> EmbeddingSource:
         if self.embeddings is None:
@@ -98,7 +96,7 @@ class Executor:
     def _result_type(self, call) -> tuple[str, object]:
         """A call's result type; AI.EMBED's vector size is the embedding model's (read from its
         files, nothing loaded)."""
-        if call.function.request is Request.EMBED and not call.function.contents:
+        if kind_of(call.function.request).embedding and not call.function.contents:
             return call.function.result_type(call.options, self._embedding_source().embedding_model().dimension)
         return call.function.result_type(call.options)
 

@@ -17,6 +17,7 @@ least one read of the weights. It is a lower bound (no Python or kernel-launch o
 from __future__ import annotations
 
 import math
+from typing import Callable
 from dataclasses import asdict, astuple, dataclass, field
 
 from aisql.functions import Request
@@ -249,10 +250,15 @@ def _estimate_aggregate(node: AINode, stats: Statistics, hardware: Hardware) -> 
 
 
 def _estimate_node(plan, position, node, stats, hardware, cached_leading) -> NodeEstimate:
-    if node.call.function.request is Request.EMBED:
-        return _estimate_embedding(node, stats, hardware)
-    if node.call.function.request is Request.AGGREGATE:
-        return _estimate_aggregate(node, stats, hardware)
+    estimator = ESTIMATORS.get(node.call.function.request)
+    if estimator is not None:
+        return estimator(node, stats, hardware)
+    return _estimate_prompts(plan, position, node, stats, hardware, cached_leading)
+
+
+def _estimate_prompts(plan, position, node, stats, hardware, cached_leading) -> NodeEstimate:
+    """A node of LLM prompts (SCORE or GENERATE): the prefix-tree segment model, earlier nodes'
+    reductions, a LIMIT's early stop, leading parts another node already computed."""
     profile = stats.input_profile(node)
     tokens = stats.token_profile(node)
     if profile is None:
@@ -345,3 +351,12 @@ def _side(prompts, tokens_run, flops, hardware: Hardware, model: ModelProfile | 
     if measured:
         time_s = tokens_run / measured  # calibrated: what this engine did with this model before
     return Side(prompts, tokens_run, flops, time_s, time_s * hardware.price_per_hour / 3600)
+
+
+# The planner's one table of request kinds: a kind with its own cost shape has an entry; SCORE and
+# GENERATE prompts share the prefix-tree model (_estimate_prompts). The executor's table is
+# aisql.executor.request_kinds.KINDS.
+ESTIMATORS: dict[Request, Callable[[AINode, Statistics, Hardware], NodeEstimate]] = {
+    Request.EMBED: _estimate_embedding,
+    Request.AGGREGATE: _estimate_aggregate,
+}

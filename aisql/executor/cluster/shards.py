@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from aisql.executor.evaluate import Prepared
-from aisql.functions import Request, Task
+from aisql.executor.request_kinds import kind_of
+from aisql.functions import Task
 from aisql.executor.cluster.shard_plan import Group, split_heavy
 
 
@@ -26,7 +27,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 def output_tokens(task: Task) -> int:
     """Tokens decoded per prompt, for balancing: one step to score, up to max_tokens to generate."""
-    return 1 if task.request is Request.SCORE else max(1, task.max_tokens or 1)
+    return kind_of(task).decode_steps(task)
 
 
 def prefix_groups(items: Sequence[Prepared], task: Task, workers: int, ledger: "PrefixLedger | None" = None) -> list[Group]:

@@ -1,0 +1,113 @@
+"""The executor's one table of engine request kinds (aisql.functions.Request): how each is asked.
+
+A function names its kind; everything the executor does differently per kind is an entry here —
+the node at run time, how prepared prompts become engine requests and answers, whether prompts
+carry labels, how many model steps a prompt takes (shard weights), whether the texts are groups
+to reduce, whether a worker pool can shard it. A new kind (say a listwise rerank) is one entry
+plus its functions; the planner's cost model has its own table (aisql.planner.cost.ESTIMATORS).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from aisql.engine.base import Engine, GenerateRequest, ScoreRequest
+from aisql.executor.answers import Answer
+from aisql.functions import Request, Task
+
+if TYPE_CHECKING:
+    from aisql.executor.answering import Answering
+    from aisql.executor.evaluate import Prepared
+    from aisql.executor.node_runtime import NodeRuntime
+
+RunPrepared = Callable[[Engine, Task, Sequence["Prepared"], bool], dict[str, Answer]]  # (engine, task, items, naive)
+
+
+@dataclass(frozen=True)
+class RequestKind:
+    run: RunPrepared | None  # prepared prompts -> answers in one engine call (None: not an LLM request)
+    decode_steps: Callable[[Task], int]  # model steps per prompt beyond its prefill (shard weights)
+    labels: bool = False  # prompts are scored against the task's labels (encoded once, checked against the context)
+    groups: bool = False  # the texts are groups, reduced by map-reduce over GENERATE prompts (aisql.executor.aggregate)
+    shards: bool = True  # a worker pool can cut its prompts into prefix-group shards
+    embedding: bool = False  # answered by the embedding model (aisql.executor.embedding_runtime), not the LLM
+
+    def runtime(self, node, answering: "Answering", embeddings) -> "NodeRuntime":
+        """The node at run time for this kind."""
+        if self.embedding:
+            from aisql.executor.embedding_runtime import EmbeddingRuntime
+
+            return EmbeddingRuntime(node, embeddings(), answering)
+        from aisql.executor.node_runtime import NodeRuntime
+
+        return NodeRuntime(node, answering)
+
+
+def _score(engine: Engine, task: Task, items: Sequence["Prepared"], naive: bool) -> dict[str, Answer]:
+    """Each prompt's labels scored in one forward pass."""
+    function = task.function
+    label_ids = tuple(engine.encode_label(label, task.framing) for label in task.labels)
+    requests = [ScoreRequest(p.ids, label_ids) for p in items]
+    answers = {}
+    for item, request, scores in zip(items, requests, engine.score(requests, reuse=not naive)):
+        answers[item.text] = Answer(
+            value=function.value_from_scores(task, scores.logprobs),
+            cost=request.standalone_tokens(),
+            score=math.exp(scores.logprobs[scores.best]),
+        )
+    return answers
+
+
+def _generate(engine: Engine, task: Task, items: Sequence["Prepared"], naive: bool) -> dict[str, Answer]:
+    """Greedy decoding, batched with prefix reuse and speculation (planned), or seeded sampling."""
+    if task.sampling is not None:
+        return _sample(engine, task, items)
+    function = task.function
+    room = engine.info.max_context
+    requests = [GenerateRequest(p.ids, min(task.max_tokens or 1, room - len(p.ids)), grammar=task.grammar) for p in items]
+    generations = engine.generate(requests, reuse=not naive, speculative=not naive)
+    return {
+        item.text: Answer(value=function.value_from_text(task, generation.text), cost=generation.standalone_tokens(request))
+        for item, request, generation in zip(items, requests, generations)
+    }
+
+
+def _sample(engine: Engine, task: Task, items: Sequence["Prepared"]) -> dict[str, Answer]:
+    """Seeded sampling: each prompt's draws come from a seed of (the call's seed, its text), and
+    each prompt runs alone with nothing reused in either mode — identical numerics, so planned ==
+    naive and a cached answer is the answer a rerun would draw."""
+    function = task.function
+    room = engine.info.max_context
+    temperature, top_p, seed = task.sampling
+    answers = {}
+    for item in items:
+        request = GenerateRequest(
+            item.ids, min(task.max_tokens or 1, room - len(item.ids)), temperature=temperature, top_p=top_p, seed=_text_seed(seed, item.text)
+        )
+        (generation,) = engine.generate([request], reuse=False, speculative=False)
+        answers[item.text] = Answer(value=function.value_from_text(task, generation.text), cost=generation.standalone_tokens(request))
+    return answers
+
+
+def _text_seed(seed: int, text: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}\x1f{text}".encode()).digest()[:8], "big") >> 1
+
+
+def _max_tokens(task: Task) -> int:
+    return max(1, task.max_tokens or 1)
+
+
+KINDS: dict[Request, RequestKind] = {
+    Request.SCORE: RequestKind(run=_score, decode_steps=lambda task: 1, labels=True),
+    Request.GENERATE: RequestKind(run=_generate, decode_steps=_max_tokens),
+    Request.EMBED: RequestKind(run=None, decode_steps=lambda task: 0, shards=False, embedding=True),
+    Request.AGGREGATE: RequestKind(run=None, decode_steps=_max_tokens, groups=True, shards=False),
+}
+
+
+def kind_of(task_or_request: Task | Request) -> RequestKind:
+    request = task_or_request if isinstance(task_or_request, Request) else task_or_request.request
+    return KINDS[request]
