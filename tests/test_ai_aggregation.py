@@ -21,6 +21,7 @@ GROUPED = (
 )
 
 
+@pytest.mark.slow
 def test_group_by_having_and_whole_table(make_connection):
     con = make_connection()
     grouped = con.run(GROUPED).table.to_pylist()
@@ -67,6 +68,7 @@ def test_bad_arguments(make_connection, sql, message):
     assert err.value.line == 1
 
 
+@pytest.mark.slow
 def test_planned_equals_naive_and_reruns_hit_the_cache(make_connection, tmp_path):
     planned = make_connection(cache=str(tmp_path / "a.sqlite")).run(GROUPED)
     naive = make_connection().run(GROUPED, naive=True)
@@ -97,6 +99,7 @@ def _aisql(*args: str) -> list[str]:
 from test_crash_safety import committed as _committed  # answers committed, read as another process would
 
 
+@pytest.mark.slow
 def test_group_ten_times_the_context_resumes_after_kill(tiny_engine, tmp_path):
     from conftest import EXAMPLES
 
@@ -127,6 +130,7 @@ def test_group_ten_times_the_context_resumes_after_kill(tiny_engine, tmp_path):
     assert again["prompts_cached"] >= saved
 
 
+@pytest.mark.slow
 def test_register_offers_ai_agg_over_a_list(make_connection, tiny_engine):
     """DuckDB's Python API has no aggregate UDFs: aisql.register's ai_agg takes the group's list,
     and answers exactly as the planned aggregate (the same sorted values, the same prompts)."""

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import pytest
 
 QUERY = (
     "SELECT id FROM reviews WHERE rating <= 4 "
@@ -40,6 +41,7 @@ def _run(cache, data, *extra: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_fully_cached_rerun_imports_no_torch(tmp_path, monkeypatch):
     from conftest import EXAMPLES
 

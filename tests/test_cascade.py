@@ -47,6 +47,7 @@ def test_thresholds_split_a_separable_sample():
     assert 0.45 < t_lo <= 0.55 and 0.5 <= t_hi < 0.6  # a few positives may go below t_lo: within the bound
 
 
+@pytest.mark.slow
 def test_targets_hold_across_seeds_and_save_llm_calls():
     """Over 40 seeds, recall and precision against the 'LLM' reach the targets except in at most
     the binomial 95% upper bound of delta's share of the runs; most rows never reach the LLM."""
@@ -117,6 +118,7 @@ def test_sql_options_bad_values_and_exact_unchanged(make_connection):
     assert plan["approximate"].startswith("approximate (proxy cascade): recall >= 0.95")
 
 
+@pytest.mark.slow
 def test_cli_flag_labels_every_format(tmp_path):
     """`--approximate` runs every AI.IF in approximate mode; the label goes under the table, to
     stderr for CSV/JSON, into --stats-json and into Parquet metadata."""

@@ -52,6 +52,7 @@ def test_run_from_another_directory_resolves_paths_next_to_the_query(tmp_path):
     assert quiet.stdout == result.stdout and quiet.stderr == ""  # -q: no notes, no summary
 
 
+@pytest.mark.slow
 def test_formats_and_outputs_agree(tmp_path):
     csv_out = run_cli("run", HOT_LEADS, "--model", "tiny", "--format", "csv", "-q")
     json_out = run_cli("run", HOT_LEADS, "--model", "tiny", "--format", "json", "-q")
@@ -144,6 +145,7 @@ def test_debug_shows_the_exception():
     assert type(result.exception).__name__ == "SqlSyntaxError"
 
 
+@pytest.mark.slow
 def test_console_script_runs_the_example(tmp_path):
     script = Path(sys.executable).with_name("aisql")
     assert script.exists(), "install the project (pip install -e .) to get the aisql command"
@@ -179,6 +181,7 @@ def test_plain_file_paths_and_read_parquet_in_from(tmp_path):
     assert json.loads(from_csv.stdout) == json.loads(from_parquet.stdout)
 
 
+@pytest.mark.slow
 def test_engine_options_keep_results_and_report_their_effect(tmp_path):
     base = ["run", HOT_LEADS, "--model", "tiny", "--format", "csv", "-q"]
     default_stats, small_stats, plain_stats = (tmp_path / f"{n}.json" for n in ("default", "small", "plain"))

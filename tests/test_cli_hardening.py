@@ -40,6 +40,7 @@ def test_a_read_only_warehouse_file_can_be_queried(warehouse):
         os.chmod(warehouse, 0o644)
 
 
+@pytest.mark.slow
 def test_two_readers_of_one_database_do_not_conflict(warehouse, tiny_engine):
     command = [sys.executable, "-m", "aisql.cli", "run", "-e", QUERY, "--db", str(warehouse), "--model", "tiny", "--no-cache", "-q", "--format", "csv"]
     jobs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -88,6 +89,7 @@ def test_stale_temporary_files_of_killed_writes_are_removed(tmp_path):
     mine.unlink()
 
 
+@pytest.mark.slow
 def test_an_unwritable_cache_dir_is_one_error(tmp_path):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where the cache dir's parent should be")  # unwritable, even for root

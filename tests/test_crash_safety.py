@@ -17,6 +17,9 @@ from collections import Counter
 from pathlib import Path
 
 from conftest import EXAMPLES
+import pytest
+
+pytestmark = pytest.mark.slow  # aisql run killed with SIGKILL in subprocesses
 
 # 20 customers x 19 affordable products = 380 distinct prompts.
 QUERY = (

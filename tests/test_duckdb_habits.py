@@ -11,6 +11,8 @@ import pytest
 import aisql
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # the CLI and the shell in subprocesses
+
 AISQL = [sys.executable, "-m", "aisql.cli"]
 
 

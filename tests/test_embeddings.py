@@ -82,6 +82,7 @@ def test_bad_arguments_get_one_clear_error(make_connection, sql, message):
     assert err.value.line == 1
 
 
+@pytest.mark.slow
 def test_similarity_join_embeds_each_text_once_and_equals_naive(make_connection):
     con = make_connection()
     planned = con.run(JOIN + " ORDER BY r.id, product")
@@ -112,6 +113,7 @@ def test_top_k_by_similarity(make_connection):
     assert top == every[:3]
 
 
+@pytest.mark.slow
 def test_result_cache_serves_vectors_and_keys_them_by_embedding_model(make_connection, tmp_path):
     cache = tmp_path / "answers.sqlite"
     first = make_connection(cache=str(cache)).run(JOIN)
@@ -160,6 +162,7 @@ RERUN = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_fully_cached_rerun_loads_no_embedding_model(tmp_path):
     def run() -> dict:
         out = subprocess.run([sys.executable, "-c", RERUN, str(tmp_path / "a.sqlite")], capture_output=True, text=True, check=True, timeout=600)

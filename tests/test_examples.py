@@ -63,6 +63,7 @@ import pytest
     "name, column",
     [("complaint_digest", "complaints"), ("review_facts", "facts"), ("review_product_match", "closest_product")],
 )
+@pytest.mark.slow
 def test_operator_examples_run(make_connection, monkeypatch, name, column):
     """The SemBench-style examples of AI_AGG, structured output and similarity run as written."""
     monkeypatch.chdir(EXAMPLES)

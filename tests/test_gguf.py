@@ -20,6 +20,7 @@ def tiny_gguf(tmp_path_factory):
     return write_tiny_gguf(tiny_model_dir(), tmp_path_factory.mktemp("gguf") / "tiny-model.gguf")
 
 
+@pytest.mark.slow
 def test_a_gguf_file_answers_as_its_source_model(tiny_gguf, tiny_engine):
     engine = load_engine(str(tiny_gguf))
     texts = ["hello world", "Is the tea hot?"]

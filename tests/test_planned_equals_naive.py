@@ -125,6 +125,7 @@ def test_planned_equals_naive(make_connection, tiny_engine, name):
     assert naive_totals["computed_tokens"] == naive_totals["logical_tokens"]
 
 
+@pytest.mark.slow
 def test_join_on_equals_cross_join_where(make_connection):
     on = "SELECT c.id AS c, p.id AS p FROM customers c JOIN products p ON AI.IF(PROMPT('{c.profile} might buy this: {p.description}')) WHERE c.country = 'Germany' AND p.price < 100"
     cross = "SELECT c.id AS c, p.id AS p FROM customers c CROSS JOIN products p WHERE AI.IF(PROMPT('{c.profile} might buy this: {p.description}')) AND c.country = 'Germany' AND p.price < 100"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # matplotlib renders every benchmark plot
+
 pytest.importorskip("matplotlib")
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every README block, run as a user would (subprocesses, a server)
+
 ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"(?:<!-- readme-test: (?P<tag>\w+)[^>]*-->\n)?```(?P<lang>sh|python)\n(?P<body>.*?)```", re.S)
 

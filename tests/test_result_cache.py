@@ -188,6 +188,7 @@ def _notes(con) -> None:
     con.duckdb.execute("CREATE TABLE notes AS SELECT * FROM (VALUES (1, 'short and sweet'), (2, ?)) t(id, text)", [long_text])
 
 
+@pytest.mark.slow
 def test_overflow_is_an_error_by_default_and_truncated_on_request(make_connection):
     con = make_connection()
     _notes(con)

@@ -23,6 +23,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from datagen import tables  # noqa: E402
 from run import QUERIES  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a local Ray runtime and engine workers
+
 
 # ---- shard cutting (no Ray) -------------------------------------------------------------------
 

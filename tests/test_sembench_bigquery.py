@@ -67,6 +67,7 @@ def test_the_local_copies_are_sembenchs_queries():
 
 
 @pytest.mark.parametrize("name", [f"Q{i}" for i in range(1, 11)])
+@pytest.mark.slow
 def test_sembench_query_runs_unchanged_and_planned_equals_naive(con, engine, name):
     sql = query(name)
     engine.reset_cache()

@@ -75,6 +75,7 @@ def test_chat_streamed_equals_non_streamed(client):
     assert full.usage.prompt_tokens > 0
 
 
+@pytest.mark.slow
 def test_concurrent_requests_each_equal_their_solo_run(client):
     prompts = [f"Request number {i}: tell me about item {i * 7}" for i in range(8)]
     solo = [
@@ -291,6 +292,7 @@ def test_openai_client_raises_its_own_errors(client):
     assert raised.value.status_code == 400
 
 
+@pytest.mark.slow
 def test_planned_query_on_a_remote_server_equals_the_embedded_engine(server, tiny_engine):
     """--model openai:NAME@URL: the same prompts (token ids from NAME's tokenizer), the same
     full-likelihood label scores, the same greedy text — the same rows as the embedded engine."""
@@ -325,6 +327,7 @@ def test_remote_model_errors(server):
         con.run("SELECT AI.IF('Is the sky blue?')")
 
 
+@pytest.mark.slow
 def test_aisql_serve_command():
     """The CLI entry point: `aisql serve` starts, answers, and stops on SIGTERM."""
     import signal
@@ -382,6 +385,7 @@ def test_a_client_that_stops_reading_does_not_block_others(server, client):
     wait_until(lambda: server.serving.stats.cancelled > cancelled or server.serving.stats.running == 0)
 
 
+@pytest.mark.slow
 def test_aisql_serve_refuses_other_backends_before_loading():
     import subprocess
     import sys

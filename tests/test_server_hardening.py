@@ -125,6 +125,7 @@ def test_an_engine_failure_fails_only_the_requests_of_its_step(server, monkeypat
     assert serving.stats.failed >= 1
 
 
+@pytest.mark.slow
 def test_idle_and_slow_connections_do_not_take_the_server_down(server):
     """200 idle connections and slow-header clients against a limit of 64 connections: normal
     clients are still answered, and the idle ones are closed by the read timeout."""
@@ -204,6 +205,7 @@ def test_chat_content_that_spells_special_tokens_stays_text(engine):
         api.serving.close()
 
 
+@pytest.mark.slow
 def test_a_taken_port_is_one_error_line(engine):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -217,6 +219,7 @@ def test_a_taken_port_is_one_error_line(engine):
     assert "serving" not in result.stderr
 
 
+@pytest.mark.slow
 def test_hostile_mix_while_normal_clients_are_served(server):
     """The benchmark's mix for a few seconds (benchmarks/hostile_clients.py): every normal
     request is answered, none with a 5xx, and the server is healthy after."""

@@ -61,6 +61,7 @@ def _check(value: dict) -> None:
 
 
 @pytest.mark.parametrize("max_tokens", [48, 96])
+@pytest.mark.slow
 def test_200_random_weight_generations_all_parse(make_connection, max_tokens):
     """Random weights wander: without a constraint almost nothing would parse. With it, every
     one of 200 answers is a document of the schema, also when max_tokens cuts it (the model's
@@ -88,6 +89,7 @@ def test_planned_equals_naive_with_speculation_under_the_constraint(make_connect
     assert planned.stats.totals()["draft_tokens"] > 0  # the repeated review gives prompt-lookup drafts
 
 
+@pytest.mark.slow
 def test_struct_fields_nulls_and_the_result_cache(make_connection, tmp_path):
     cache = str(tmp_path / "answers.sqlite")
     sql = (
@@ -105,6 +107,7 @@ def test_struct_fields_nulls_and_the_result_cache(make_connection, tmp_path):
     assert second.table.to_pylist() == rows
 
 
+@pytest.mark.slow
 def test_extract_snowflake_forms(make_connection):
     con = make_connection()
     forms = [
@@ -158,6 +161,7 @@ def test_bad_arguments(make_connection, sql, message):
     assert err.value.line == 1
 
 
+@pytest.mark.slow
 def test_extract_nulls_planned_equals_naive_cache_and_explain(make_connection, tmp_path):
     cache = str(tmp_path / "answers.sqlite")
     sql = (

@@ -139,6 +139,7 @@ def test_wrong_arguments_give_duckdb_errors(plain, query, message):
     assert "Traceback" not in str(raised.value)
 
 
+@pytest.mark.slow
 def test_too_long_prompt_is_a_clear_error_or_truncated(tiny_engine):
     con = duckdb.connect()
     aisql.register(con, engine=tiny_engine, cache=False)
