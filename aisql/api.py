@@ -19,9 +19,9 @@ from typing import Callable, Sequence
 import duckdb
 
 from aisql.engine.base import Engine
-from aisql.engine.loader import ResolvedModel
+from aisql.engine.model.loader import ResolvedModel
 from aisql.errors import DataError
-from aisql.executor.answers import AnswerStore
+from aisql.executor.answer_store import AnswerStore
 from aisql.executor.duckdb_errors import file_error
 from aisql.executor.query import QueryResult, RunRequest, explain_script, run_script
 from aisql.planner.explain import Explanation

@@ -94,7 +94,7 @@ def _connect(
     cluster=None,
 ):
     from aisql.api import Connection
-    from aisql.engine.loader import EngineOptions
+    from aisql.engine.model.loader import EngineOptions
 
     if db and not Path(db).parent.exists():
         raise DataError(f"directory of database {db} does not exist")
@@ -200,8 +200,8 @@ _embed_model = click.option("--embed-model", metavar="SPEC", help="Embedding mod
 
 
 def _engine_options(device: str, kv_budget: str | None, quantize: str | None, no_prefix_cache: bool, no_speculation: bool, dtype: str = "auto"):
-    from aisql.engine.loader import EngineOptions
-    from aisql.engine.numerics import check_device
+    from aisql.engine.model.loader import EngineOptions
+    from aisql.engine.model.numerics import check_device
 
     check_device(device)
 
@@ -594,7 +594,7 @@ def serve(
 ):
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
     streaming), with cross-request prefix caching and continuous batching."""
-    from aisql.engine.loader import load_resolved, resolve_model
+    from aisql.engine.model.loader import load_resolved, resolve_model
     from aisql.serve.app import OpenAIServer, RequestLimits
     from aisql.serve.background import ConnectionLimits, listen, uvicorn_server
 

@@ -34,7 +34,7 @@ from aisql import functions as registry
 from aisql.engine.base import Engine
 from aisql.errors import AisqlError
 from aisql.executor.answering import RunOptions
-from aisql.executor.answers import Answer, AnswerStore
+from aisql.executor.answer_store import Answer, AnswerStore
 from aisql.executor.bound_calls import with_arity
 from aisql.executor.evaluate import OVERFLOW_MODES
 from aisql.executor.run_stats import NodeStats

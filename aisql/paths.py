@@ -16,6 +16,26 @@ def cache_root() -> Path:
     return Path(configured) if configured else Path(platformdirs.user_cache_dir("aisql"))
 
 
+def save_cache_file(path: Path, text: str) -> bool:
+    """Write a small file of the cache (a memo, a profile, a measurement) as one step: into a
+    temporary file beside it, then renamed, so a concurrent run reads the old file or the new one,
+    never half of one. Best effort: a cache that cannot be written only costs recomputing later, so
+    an OSError is swallowed; returns whether the file was written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+        return True
+    except OSError:
+        return False
+
+
 def build_directory_once(target: Path, build: Callable[[Path], None], what: str) -> Path:
     """Build a directory in the cache (a converted or generated model) as one atomic step: into a
     staging directory beside `target`, then renamed, so a crash never leaves half a model and

@@ -33,8 +33,8 @@ from common import BENCH_TINY, machine, write
 from copy_model import copy_model_dir, field_task
 
 from aisql.engine import EngineOptions
-from aisql.engine.loader import load_hf_directory
-from aisql.engine.tiny import TinyConfig, tiny_model_dir
+from aisql.engine.model.loader import load_hf_directory
+from aisql.engine.model.tiny import TinyConfig, tiny_model_dir
 from aisql.serve.background import BackgroundServer
 
 AGENT_TINY = dict(BENCH_TINY, max_position_embeddings=16384)

@@ -28,8 +28,8 @@ BENCH_TINY = dict(
 
 def bench_engine(**options):
     from aisql.engine import EngineOptions
-    from aisql.engine.loader import load_hf_directory
-    from aisql.engine.tiny import TinyConfig, tiny_model_dir
+    from aisql.engine.model.loader import load_hf_directory
+    from aisql.engine.model.tiny import TinyConfig, tiny_model_dir
 
     directory = tiny_model_dir(TinyConfig(**BENCH_TINY))
     return load_hf_directory(directory, name="tiny-32k", options=EngineOptions(**options), source="built offline")
@@ -41,8 +41,8 @@ BENCH_TINY_SMALL = dict(BENCH_TINY, hidden_size=256, intermediate_size=768, num_
 
 def bench_engine_small(**options):
     from aisql.engine import EngineOptions
-    from aisql.engine.loader import load_hf_directory
-    from aisql.engine.tiny import TinyConfig, tiny_model_dir
+    from aisql.engine.model.loader import load_hf_directory
+    from aisql.engine.model.tiny import TinyConfig, tiny_model_dir
 
     directory = tiny_model_dir(TinyConfig(**BENCH_TINY_SMALL))
     return load_hf_directory(directory, name="tiny-32k-small", options=EngineOptions(**options), source="built offline")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from aisql.engine.tiny import TinyConfig, tiny_model_dir
+from aisql.engine.model.tiny import TinyConfig, tiny_model_dir
 from aisql.paths import cache_root
 
 VOCAB = 512

@@ -18,7 +18,7 @@ from common import machine, write
 from copy_model import copy_model_dir, field_task
 
 from aisql.engine import EngineOptions, GenerateRequest
-from aisql.engine.loader import load_hf_directory
+from aisql.engine.model.loader import load_hf_directory
 
 
 def run(engine, requests, speculative: bool) -> tuple[dict, list]:

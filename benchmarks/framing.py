@@ -25,7 +25,7 @@ import random
 from pathlib import Path
 
 from aisql.engine import ScoreRequest, load_engine
-from aisql.engine.prompt_format import Framing
+from aisql.engine.model.prompt_format import Framing
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 YES_NO = "Answer the question with Yes or No."

@@ -31,7 +31,7 @@ from aisql.executor.cluster.pool import ClusterOptions
 
 
 def model_directory() -> str:
-    from aisql.engine.tiny import TinyConfig, tiny_model_dir
+    from aisql.engine.model.tiny import TinyConfig, tiny_model_dir
 
     return str(tiny_model_dir(TinyConfig(**BENCH_TINY)))
 

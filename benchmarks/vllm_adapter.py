@@ -120,7 +120,7 @@ def main() -> None:
         return
     if not args.vllm_python:
         parser.error("--vllm-python is required")
-    from aisql.engine.tiny import TinyConfig, tiny_model_dir
+    from aisql.engine.model.tiny import TinyConfig, tiny_model_dir
     from common import BENCH_TINY, bench_engine, machine, write
 
     model_dir = tiny_model_dir(TinyConfig(**BENCH_TINY))

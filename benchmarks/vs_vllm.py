@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only")
     args = parser.parse_args()
-    from aisql.engine.tiny import TinyConfig, tiny_model_dir
+    from aisql.engine.model.tiny import TinyConfig, tiny_model_dir
 
     model_dir = tiny_model_dir(TinyConfig(**BENCH_TINY))
     engine = bench_engine()

@@ -31,8 +31,8 @@ from common import machine, write  # noqa: E402
 from load_test import load  # noqa: E402
 
 from aisql.engine import EngineOptions  # noqa: E402
-from aisql.engine.loader import load_hf_directory  # noqa: E402
-from aisql.engine.tiny import TinyConfig, tiny_model_dir  # noqa: E402
+from aisql.engine.model.loader import load_hf_directory  # noqa: E402
+from aisql.engine.model.tiny import TinyConfig, tiny_model_dir  # noqa: E402
 from aisql.serve.background import BackgroundServer  # noqa: E402
 
 

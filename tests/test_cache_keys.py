@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aisql.engine.loader import EngineOptions, hf_fingerprint
+from aisql.engine.model.loader import EngineOptions, hf_fingerprint
 from aisql.functions import by_name
 from aisql.functions.ai_classify import ClassifyOptions
 from aisql.functions.ai_generate import GenerateOptions
@@ -34,7 +34,7 @@ def test_model_fingerprints_are_unchanged(tmp_path: Path):
 
 def test_planning_tokenizer_encodes_as_the_engine(tiny_engine):
     """Planning reads tokenizer.json without transformers; its ids must be the engine's."""
-    from aisql.engine.facts import model_facts
+    from aisql.engine.model.facts import model_facts
 
     facts = model_facts(Path(tiny_engine.tokenizer.name_or_path), "tiny", "float32")
     texts = ["hello world", "Some longer text, with punctuation!\nand lines", "", "<|im_end|> inside"]

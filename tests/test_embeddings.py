@@ -121,7 +121,7 @@ def test_result_cache_serves_vectors_and_keys_them_by_embedding_model(make_conne
     second = make_connection(cache=str(cache)).run(JOIN)
     assert sum(n.prompts_evaluated for n in second.stats.nodes) == 0
     assert sorted(map(str, second.table.to_pylist())) == sorted(map(str, first.table.to_pylist()))
-    from aisql.engine.embedding import resolve_embed_model
+    from aisql.engine.backends.embedding import resolve_embed_model
 
     ref = resolve_embed_model()
     copy = tmp_path / "model"

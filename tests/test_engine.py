@@ -244,7 +244,7 @@ def test_speculative_decoding_is_lossless(reference):
 
 
 def test_ngram_drafts_come_from_the_context():
-    from aisql.engine.speculative import NgramIndex, SpeculationConfig, accepted_length
+    from aisql.engine.decoding.speculative import NgramIndex, SpeculationConfig, accepted_length
 
     index = NgramIndex(SpeculationConfig(max_ngram=3, min_ngram=2, max_draft=4), [5, 6, 7, 8, 9, 1, 2, 5, 6])
     assert index.propose(10) == [7, 8, 9, 1]
@@ -276,7 +276,7 @@ def test_default_model_architecture_batches_losslessly(tmp_path):
     """Qwen3 (the default model's architecture, random weights) through the local-directory loader."""
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-    from aisql.engine.tiny import tiny_model_dir
+    from aisql.engine.model.tiny import tiny_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir())
     torch.manual_seed(0)
@@ -299,7 +299,7 @@ def test_default_model_architecture_batches_losslessly(tmp_path):
 
 
 def test_tiny_model_note_and_determinism(tiny_engine, tmp_path):
-    from aisql.engine.tiny import TinyConfig, build_tiny_model
+    from aisql.engine.model.tiny import TinyConfig, build_tiny_model
 
     assert tiny_engine.info.is_test_model and "meaningless" in tiny_engine.info.note
     a, b = tmp_path / "a", tmp_path / "b"

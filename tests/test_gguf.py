@@ -9,8 +9,8 @@ from conftest import EXAMPLES
 from gguf_writer import write_tiny_gguf
 
 from aisql.engine import ScoreRequest, load_engine
-from aisql.engine.loader import EngineOptions, resolve_model
-from aisql.engine.tiny import tiny_model_dir
+from aisql.engine.model.loader import EngineOptions, resolve_model
+from aisql.engine.model.tiny import tiny_model_dir
 from aisql.errors import ModelError
 from tests.test_cli import run_cli
 
@@ -48,7 +48,7 @@ def test_conversion_happens_once_and_the_cli_runs_on_it(tiny_gguf):
 def test_a_fingerprint_needs_no_conversion(tmp_path, tiny_gguf):
     copy = tmp_path / "copy.gguf"
     copy.write_bytes(tiny_gguf.read_bytes())
-    from aisql.engine.gguf import converted_directory
+    from aisql.engine.model.gguf import converted_directory
 
     assert resolve_model(str(copy)).fingerprint(EngineOptions()) == resolve_model(str(tiny_gguf)).fingerprint(EngineOptions())
     assert converted_directory(copy) == converted_directory(tiny_gguf)  # keyed by content, not path
@@ -70,7 +70,7 @@ def test_a_file_that_is_not_gguf_is_one_error(tmp_path):
 
 
 def test_too_large_for_free_memory_is_refused_before_dequantizing(tmp_path, tiny_gguf, monkeypatch):
-    from aisql.engine import gguf
+    from aisql.engine.model import gguf
 
     copy = tmp_path / "big.gguf"
     copy.write_bytes(tiny_gguf.read_bytes() + b"\0")  # another file: not converted yet

@@ -52,7 +52,7 @@ def test_the_engine_knows_no_sql_plan_or_executor():
 
 def test_the_front_end_and_functions_never_load_a_model():
     # Framing and facts read without weights are fine; loading code and the executor are not.
-    loaders = ("aisql.executor", "aisql.planner", "aisql.engine.loader", "aisql.engine.hf", "aisql.engine.model_runner")
+    loaders = ("aisql.executor", "aisql.planner", "aisql.engine.model.loader", "aisql.engine.backends.hf", "aisql.engine.batch.model_runner")
     assert offending("sql", loaders) == {}
     assert offending("functions", loaders) == {}
 
@@ -68,4 +68,4 @@ def test_importing_the_front_end_loads_no_model_code():
 
     code = "import sys, aisql.sql.bind, aisql.functions; print(sorted(m for m in sys.modules if m.startswith('aisql.engine')))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "aisql.engine.loader" not in loaded and "torch" not in loaded, loaded
+    assert "aisql.engine.model.loader" not in loaded and "torch" not in loaded, loaded

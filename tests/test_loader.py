@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aisql.engine import DEFAULT_MODEL, load_engine
-from aisql.engine.tiny import tiny_model_dir
+from aisql.engine.model.tiny import tiny_model_dir
 from aisql.errors import ModelError
 
 
@@ -19,7 +19,7 @@ def offline(monkeypatch, tmp_path):
 
 @pytest.fixture
 def without_smollm2(monkeypatch):
-    from aisql.engine import gguf
+    from aisql.engine.model import gguf
 
     monkeypatch.setattr(gguf, "smollm2_file", lambda: None)
 
@@ -33,8 +33,8 @@ def test_default_model_falls_back_to_tiny_with_a_warning(offline, without_smollm
 
 
 def test_default_model_falls_back_to_smollm2_when_installed(offline, monkeypatch, tmp_path):
-    from aisql.engine import gguf
-    from aisql.engine.loader import resolve_model
+    from aisql.engine.model import gguf
+    from aisql.engine.model.loader import resolve_model
 
     fake = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     fake.write_bytes(b"GGUF")
@@ -105,7 +105,7 @@ def test_directory_without_config(offline, tmp_path):
 
 def test_an_unreachable_hub_is_remembered(offline, monkeypatch):
     """An offline machine pays the Hub probe once an hour, not at every run."""
-    from aisql.engine import loader
+    from aisql.engine.model import loader
 
     probes = []
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9/remembered")
@@ -117,7 +117,7 @@ def test_an_unreachable_hub_is_remembered(offline, monkeypatch):
 
 
 def test_a_cached_snapshot_is_found_without_the_network(offline, tmp_path, monkeypatch):
-    from aisql.engine import loader
+    from aisql.engine.model import loader
 
     snapshot = tmp_path / "hf" / "hub" / "models--org--m" / "snapshots" / "abc"
     snapshot.mkdir(parents=True)

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisql.engine.radix import RadixCache
+from aisql.engine.kv.radix import RadixCache
 
 LAYERS = 2
 BYTES_PER_TOKEN = 16
@@ -81,7 +81,7 @@ def test_insert_store_match_evict(prompts, budget_tokens, data):
 
 
 def test_least_recently_used_policy():
-    from aisql.engine.eviction import LeastRecentlyUsed
+    from aisql.engine.kv.eviction import LeastRecentlyUsed
 
     cache = RadixCache(budget_bytes=4 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN, policy=LeastRecentlyUsed())
     old, new = cache.insert([1, 2]), cache.insert([3, 4])
@@ -136,7 +136,7 @@ def test_a_node_too_big_for_the_budget_is_not_stored():
 
 
 def test_released_requests_stop_protecting_their_prefixes():
-    from aisql.engine.scheduler import Scheduler
+    from aisql.engine.batch.scheduler import Scheduler
 
     cache = RadixCache(budget_bytes=6 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
     scheduler = Scheduler(cache, max_batch_tokens=100, max_cache_tokens=400, max_batch_size=8)

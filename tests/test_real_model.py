@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from aisql.engine.gguf import smollm2_file
+from aisql.engine.model.gguf import smollm2_file
 
 POSITIVE = [
     "An absolute masterpiece, I loved every minute of it.",

@@ -17,8 +17,8 @@ from conftest import EXAMPLES, load_example_tables
 
 from aisql.api import Connection
 from aisql.cli import main
-from aisql.engine.loader import EngineOptions, resolve_model
-from aisql.executor.answers import Answer
+from aisql.engine.model.loader import EngineOptions, resolve_model
+from aisql.executor.answer_store import Answer
 from aisql.executor.budget import Budget, BudgetExceeded
 from aisql.executor.cache import CacheError, SqliteAnswerStore
 from aisql.executor.evaluate import ContextOverflow

@@ -170,7 +170,7 @@ def test_cli_runs_on_workers_and_reports_each(ray_runtime, tmp_path):
 
 def test_a_worker_with_another_model_fails_before_any_answer_is_stored(ray_runtime, tmp_path, monkeypatch):
     import aisql
-    from aisql.engine.loader import ResolvedModel
+    from aisql.engine.model.loader import ResolvedModel
 
     monkeypatch.setattr(ResolvedModel, "fingerprint", lambda self, options: "driver-has-another-model")
     con = aisql.connect(model="tiny", cache=tmp_path / "answers.sqlite", cluster=1)
@@ -297,7 +297,7 @@ def test_max_prompts_holds_with_shards_in_flight(pool_con):
     import threading
 
     from aisql.executor.answering import Answering, RunOptions
-    from aisql.executor.answers import MemoryAnswerStore
+    from aisql.executor.answer_store import MemoryAnswerStore
     from aisql.executor.budget import Budget, BudgetExceeded
 
     store = MemoryAnswerStore()

@@ -318,7 +318,7 @@ def test_planned_query_on_a_remote_server_equals_the_embedded_engine(server, tin
 
 def test_remote_model_errors(server):
     import aisql
-    from aisql.engine.tiny import tiny_model_dir
+    from aisql.engine.model.tiny import tiny_model_dir
     from aisql.errors import ModelError
 
     # A name this machine knows (the tiny model's directory) that the server does not serve.

@@ -10,7 +10,7 @@ import pytest
 
 from aisql.engine import load_engine
 from aisql.engine.base import GenerateRequest
-from aisql.engine.serving import FinishEvent, ServeRequest, ServingEngine, TokenEvent
+from aisql.engine.continuous import FinishEvent, ServeRequest, ServingEngine, TokenEvent
 
 
 @pytest.fixture(scope="module")

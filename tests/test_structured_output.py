@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisql.engine.json_constraint import _compiled, _ll_tokenizer
-from aisql.engine.json_document import Field, grammar_of, shortest_completion
+from aisql.engine.decoding.json_constraint import _compiled, _ll_tokenizer
+from aisql.engine.decoding.json_document import Field, grammar_of, shortest_completion
 from aisql.errors import AisqlError
 
 SCHEMA = "name STRING, year INT64, score FLOAT64, ok BOOL, tags ARRAY<STRING>"

@@ -8,7 +8,7 @@ import math
 import pytest
 
 import aisql
-from aisql.engine.constrained import GRAMMARS, constraint_for
+from aisql.engine.decoding.constrained import GRAMMARS, constraint_for
 from aisql.errors import AisqlError, BindError
 from aisql.functions.ai_score import scale_in_text
 
@@ -146,7 +146,7 @@ def test_typed_generation_always_decodes_a_literal(bq, tiny_engine):
 def test_constraint_ends_a_literal_when_the_model_leaves_the_grammar():
     import torch
 
-    from aisql.engine.constrained import Constraint
+    from aisql.engine.decoding.constrained import Constraint
 
     vocab = tuple("0123456789") + (" legs", "</s>")
     constraint = Constraint(GRAMMARS["int"], vocab, stop_ids=(11,))

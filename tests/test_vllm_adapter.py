@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from aisql.engine import EngineOptions, GenerateRequest, ScoreRequest, load_engine
-from aisql.engine.tiny import tiny_model_dir
+from aisql.engine.model.tiny import tiny_model_dir
 from aisql.errors import ModelError
 IF_INSTRUCTION = "You are a careful data analyst. Decide whether the statement about the data is true. Answer TRUE or FALSE only."
 

@@ -50,14 +50,14 @@ print("RESULT " + json.dumps(run_query(engine, json.loads(sys.argv[3]), sys.argv
 
 def run_embedded(model_dir: Path) -> dict:
     from aisql.engine import EngineOptions
-    from aisql.engine.loader import load_hf_directory
+    from aisql.engine.model.loader import load_hf_directory
 
     engine = load_hf_directory(model_dir, name="tiny-vllm-shape", options=EngineOptions(), source="built offline")
     return run_query(engine, TEXTS, SQL)
 
 
 def test_vllm_engine_returns_the_embedded_engines_rows():
-    from aisql.engine.tiny import TinyConfig, tiny_model_dir
+    from aisql.engine.model.tiny import TinyConfig, tiny_model_dir
 
     model_dir = tiny_model_dir(TinyConfig(**SHAPE))
     ours = run_embedded(model_dir)

@@ -20,10 +20,10 @@ from aisql.engine.base import (
     ScoreRequest,
 )
 
-_LAZY = {"DEFAULT_MODEL": "aisql.engine.loader", "EngineOptions": "aisql.engine.loader", "load_engine": "aisql.engine.loader"}
+_LAZY = {"DEFAULT_MODEL": "aisql.engine.model.loader", "EngineOptions": "aisql.engine.model.loader", "load_engine": "aisql.engine.model.loader"}
 
 if TYPE_CHECKING:  # pragma: no cover
-    from aisql.engine.loader import DEFAULT_MODEL, EngineOptions, load_engine
+    from aisql.engine.model.loader import DEFAULT_MODEL, EngineOptions, load_engine
 
 __all__ = [
     "DEFAULT_MODEL",

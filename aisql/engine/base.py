@@ -145,7 +145,7 @@ class ModelProfile:
 class ModelFacts:
     """What planning needs of a model without running it: its prompt format and its shape."""
 
-    format: object  # aisql.engine.prompt_format.PromptFormat
+    format: object  # aisql.engine.model.prompt_format.PromptFormat
     profile: ModelProfile
     encode_label: object  # (label: str) -> tuple[int, ...]
 
@@ -157,7 +157,7 @@ class Engine(Protocol):
 
     info: ModelInfo
     stats: EngineStats
-    format: object  # aisql.engine.prompt_format.PromptFormat: the model's prompt framing
+    format: object  # aisql.engine.model.prompt_format.PromptFormat: the model's prompt framing
     # Several engines behind this one, each with its own prefix cache (aisql.executor.cluster's
     # WorkerPool): the executor then answers a node shard by shard instead of chunk by chunk.
     # None for one engine (embedded, vLLM, remote).
@@ -184,7 +184,8 @@ class Engine(Protocol):
     def generate(
         self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True
     ) -> list[Generation]:
-        """Greedy continuations. `speculative` drafts from the context; the output is the same."""
+        """Continuations: greedy, or seeded sampling where a request sets a temperature.
+        `speculative` drafts from the context for greedy rows; the output is the same."""
 
 
 def logsumexp(values: Sequence[float]) -> float:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from aisql.engine.base import Engine
-from aisql.engine.prompt_format import Framing
+from aisql.engine.model.prompt_format import Framing
 from aisql.errors import ModelError
-from aisql.executor.answers import Answer
+from aisql.executor.answer_store import Answer
 from aisql.functions import Task
 from aisql.planner.reduction import packing_capacity
 

@@ -25,9 +25,9 @@ from typing import Callable, Sequence, TypeVar
 
 from aisql.engine.base import Engine, EngineStats
 from aisql.executor import aggregate
-from aisql.executor.answers import Answer, AnswerStore
+from aisql.executor.answer_store import Answer, AnswerStore
 from aisql.executor.budget import Budget, BudgetExceeded
-from aisql.executor.evaluate import Prepared, prepare, run
+from aisql.executor.evaluate import Prepared, answer_prepared, prepare
 from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.run_stats import ANSWER_COUNTS, add_worker_counts
 from aisql.executor.request_kinds import kind_of
@@ -171,7 +171,7 @@ class Answering:
                     if not chunk:
                         raise budget.stopped()
                 started = time.perf_counter()
-                fresh, work = self.measured(lambda engine: run(engine, task, chunk))
+                fresh, work = self.measured(lambda engine: answer_prepared(engine, task, chunk))
                 elapsed = time.perf_counter() - started
                 done.work = done.work + work
                 self.store.put_many(key, fresh)  # the checkpoint: committed before the next chunk

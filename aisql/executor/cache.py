@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from aisql.errors import AisqlError
-from aisql.executor.answers import Answer, AnswerStore, MemoryAnswerStore
+from aisql.executor.answer_store import Answer, AnswerStore, MemoryAnswerStore
 from aisql.paths import cache_root
 
 SCHEMA_VERSION = 1

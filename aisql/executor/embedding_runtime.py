@@ -17,7 +17,7 @@ import duckdb
 import numpy as np
 
 from aisql.executor.answering import Answering
-from aisql.executor.answers import Answer
+from aisql.executor.answer_store import Answer
 from aisql.executor.node_runtime import NodeRuntime
 from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN
 

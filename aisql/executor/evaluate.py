@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from aisql.engine.base import Engine
 from aisql.errors import ModelError
-from aisql.executor.answers import Answer
+from aisql.executor.answer_store import Answer
 from aisql.executor.request_kinds import kind_of
 from aisql.functions import Task
 
@@ -51,7 +51,7 @@ def prepare(
     return sorted(items, key=lambda p: (group_by(p.text), p.ids))
 
 
-def run(engine: Engine, task: Task, items: Sequence[Prepared], *, naive: bool = False) -> dict[str, Answer]:
+def answer_prepared(engine: Engine, task: Task, items: Sequence[Prepared], *, naive: bool = False) -> dict[str, Answer]:
     """Answers for prepared prompts, in one engine call of the task's kind. `naive`: no KV reuse, no speculation."""
     if not items:
         return {}
@@ -65,11 +65,11 @@ def evaluate(engine: Engine, task: Task, texts: Sequence[str], *, naive: bool = 
         from aisql.executor import aggregate
 
         def answer(stage: Task, counts: dict[str, int]) -> dict[str, Answer]:
-            return run(engine, stage, prepare(engine, stage, list(counts), **options), naive=naive)
+            return answer_prepared(engine, stage, prepare(engine, stage, list(counts), **options), naive=naive)
 
         finals, _ = aggregate.reduce_groups(list(dict.fromkeys(texts)), task, aggregate.packer_for(engine, task), answer)
         return finals
-    return run(engine, task, prepare(engine, task, texts, **options), naive=naive)
+    return answer_prepared(engine, task, prepare(engine, task, texts, **options), naive=naive)
 
 
 def _fit(engine: Engine, task: Task, text: str, prompt: tuple[int, ...], label_ids, on_overflow: str) -> Prepared:

@@ -18,18 +18,18 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from aisql.engine.calibrate import cpu_calibration
+from aisql.engine.model.calibrate import cpu_calibration
 from aisql.errors import AisqlError
 from aisql.executor.budget import Budget
 from aisql.executor.evaluate import OVERFLOW_MODES
 from aisql.executor.measured_statistics import MeasuredStatistics
 from aisql.executor.answering import RunOptions
 from aisql.executor.progress import NoProgress, Progress
-from aisql.executor.run import Executor
+from aisql.executor.plan_executor import Executor
 from aisql.executor.request_kinds import kind_of
 from aisql.executor.run_stats import RunStats
 from aisql.executor import throughput
-from aisql.executor.sampling import SampleEvaluator
+from aisql.executor.selectivity_samples import SampleEvaluator
 from aisql.planner import Plan, PlanningContext, plan_statement
 from aisql.planner.cost import estimate_plan
 from aisql.planner.explain import Explanation

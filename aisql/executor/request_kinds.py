@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from aisql.engine.base import Engine, GenerateRequest, ScoreRequest
-from aisql.executor.answers import Answer
+from aisql.executor.answer_store import Answer
 from aisql.functions import Request, Task
 
 if TYPE_CHECKING:

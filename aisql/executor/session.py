@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from aisql.engine.base import Engine, ModelFacts
-from aisql.engine.loader import EngineOptions, ResolvedModel, load_model_facts, load_resolved, resolve_model, resolve_model_spec
-from aisql.engine.numerics import cuda_available
+from aisql.engine.model.loader import EngineOptions, ResolvedModel, load_model_facts, load_resolved, resolve_model, resolve_model_spec
+from aisql.engine.model.numerics import cuda_available
 from aisql.errors import AisqlWarning
-from aisql.executor.answers import AnswerStore
+from aisql.executor.answer_store import AnswerStore
 from aisql.executor.cache import open_answer_store
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class ModelSession:
         embed_model: str | None = None,
         cluster=None,
     ) -> None:
-        """`embed_model`: the embedding model of AI.EMBED / AI.SIMILARITY (aisql.engine.embedding).
+        """`embed_model`: the embedding model of AI.EMBED / AI.SIMILARITY (aisql.engine.backends.embedding).
         `cache`: True keeps answers in the default result cache (aisql.executor.cache), a path
         keeps them there, False only for this session's life. `store` overrides it. `cluster`:
         run the model on a pool of Ray workers (aisql.executor.cluster.pool.ClusterOptions);
@@ -151,7 +151,7 @@ class ModelSession:
 
     def facts(self) -> ModelFacts:
         """The model's prompt format and shape for planning: from the engine when it is loaded,
-        else without weights or torch (aisql.engine.facts) — a cached rerun loads neither."""
+        else without weights or torch (aisql.engine.model.facts) — a cached rerun loads neither."""
         if self._engine is not None:
             return self._engine.facts()
         if self._facts is None:
@@ -213,7 +213,7 @@ class ModelSession:
     def embedding_model(self):
         """The embedding model this session means (directory, vector size, fingerprint): no torch."""
         if self._embedding_ref is None:
-            from aisql.engine.embedding import resolve_embed_model
+            from aisql.engine.backends.embedding import resolve_embed_model
 
             self._embedding_ref = resolve_embed_model(self.embed_model_spec)
         return self._embedding_ref
@@ -222,7 +222,7 @@ class ModelSession:
         """The loaded embedding model (sentence-transformers), loaded once per session."""
         with self.lock:
             if self._embedder is None:
-                from aisql.engine.embedding import load_embedder
+                from aisql.engine.backends.embedding import load_embedder
 
                 self._embedder = load_embedder(self.embedding_model())
             return self._embedder
@@ -231,7 +231,7 @@ class ModelSession:
         if self._engine is not None:
             info = self._engine.info
             return ModelUsed(info.name, info.note, info.device)
-        from aisql.engine.numerics import quantization_note
+        from aisql.engine.model.numerics import quantization_note
 
         resolved = self.resolved_model
         quantize = self.engine_options.quantize

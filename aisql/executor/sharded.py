@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from aisql.executor.answers import Answer, AnswerStore
+from aisql.executor.answer_store import Answer, AnswerStore
 from aisql.executor.cluster.engine import ClusterEngine
 from aisql.executor.cluster.shards import prefix_groups
 from aisql.executor.evaluate import Prepared

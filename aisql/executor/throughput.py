@@ -10,8 +10,6 @@ tokens) are not recorded. Explain reads it without torch or the model.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,11 +71,6 @@ def record(fingerprint: str, mode: str, tokens: int, seconds: float, load_s: flo
     entry["runs"] = entry.get("runs", 0) + 1
     if load_s is not None:
         entry["load_s"] = round(load_s, 3)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=".throughput-", dir=path.parent)
-        with os.fdopen(handle, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(temporary, path)
-    except OSError:
-        pass
+    from aisql.paths import save_cache_file
+
+    save_cache_file(path, json.dumps(data, indent=1))

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from sqlglot import exp
 
 from aisql.errors import BindError
-from aisql.engine.prompt_format import Framing
+from aisql.engine.model.prompt_format import Framing
 from aisql.functions import arguments
 from aisql.functions.base import AIFunction, DuckDBParameter, Options, Request, Task, best_label
 

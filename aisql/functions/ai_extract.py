@@ -5,7 +5,7 @@ question (Snowflake AI_EXTRACT; LOTUS sem_extract).
 an array of questions (each its own field name), an array of [name, question] pairs, or an array
 of 'name: question' strings; a question starting with "List:" is a list of strings. Every field
 is VARCHAR (VARCHAR[] for lists) and NULL where the text does not say. Decoding is held to the
-JSON document of those fields (aisql.engine.json_constraint), so every answer parses.
+JSON document of those fields (aisql.engine.decoding.json_constraint), so every answer parses.
 
 Snowflake returns an OBJECT `{"response": {...}, "error": null}`; aisql returns the response
 STRUCT itself (the compatibility rule: plain values) — `AI_EXTRACT(...).name` reads a field.
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from aisql.engine.json_document import JSON_PREFIX, Field, fields_of, grammar_of
-from aisql.engine.prompt_format import Framing
+from aisql.engine.decoding.json_document import JSON_PREFIX, Field, fields_of, grammar_of
+from aisql.engine.model.prompt_format import Framing
 from aisql.errors import BindError
 from aisql.functions import arguments, structured_output
 from aisql.functions.base import AIFunction, Options, Request, Task

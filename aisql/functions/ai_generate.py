@@ -2,7 +2,7 @@
 (BigQuery AI.GENERATE, Snowflake AI_COMPLETE.)
 
 With BigQuery's `output_schema => 'name STRING, year INT64'` the answer is a STRUCT of those
-fields: decoding is held to the schema's JSON document (aisql.engine.json_constraint), so every
+fields: decoding is held to the schema's JSON document (aisql.engine.decoding.json_constraint), so every
 answer parses; BigQuery's own STRUCT adds `full_response` and `status`, which aisql leaves out
 (the compatibility rule: plain values; `.name` reads a field as in BigQuery).
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 from sqlglot import exp
 
-from aisql.engine.json_document import JSON_PREFIX, Field, fields_of, grammar_of
-from aisql.engine.prompt_format import Framing
+from aisql.engine.decoding.json_document import JSON_PREFIX, Field, fields_of, grammar_of
+from aisql.engine.model.prompt_format import Framing
 from aisql.errors import BindError
 from aisql.functions import arguments, structured_output
 from aisql.functions.base import AIFunction, DuckDBParameter, Options, Request, Task

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from aisql.engine.prompt_format import Framing
+from aisql.engine.model.prompt_format import Framing
 from aisql.functions.base import AIFunction, Options, Request, Task, best_label
 
 LABELS = ("Yes", "No")

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from sqlglot import exp
 
-from aisql.engine.prompt_format import Framing
+from aisql.engine.model.prompt_format import Framing
 from aisql.errors import BindError
 from aisql.functions import arguments
 from aisql.functions.base import AIFunction, DuckDBParameter, Options, Request, Task

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Sequence
 
 from sqlglot import exp
 
-from aisql.engine.prompt_format import Framing
+from aisql.engine.model.prompt_format import Framing
 from aisql.errors import BindError
 from aisql.functions import arguments
 
@@ -35,7 +35,7 @@ class Request(enum.Enum):
 
     SCORE = "score"  # label continuations scored in one forward pass (ScoreRequest)
     GENERATE = "generate"  # greedy decoding (GenerateRequest)
-    EMBED = "embed"  # one vector per text from the embedding model (aisql.engine.embedding)
+    EMBED = "embed"  # one vector per text from the embedding model (aisql.engine.backends.embedding)
     AGGREGATE = "aggregate"  # a group's values reduced by map-reduce over GENERATE prompts
 
 
@@ -56,7 +56,7 @@ class DuckDBParameter:
 @dataclass(frozen=True, eq=False)
 class Task:
     """What the model is asked, per prompt text, for one AI call: the framing around the text
-    (aisql.engine.prompt_format.Framing), labels to score or a token budget.
+    (aisql.engine.model.prompt_format.Framing), labels to score or a token budget.
 
     Two tasks with the same signature give the same answer to the same prompt: the signature,
     with the model's fingerprint, is where the result cache keeps the answers. Every part of
@@ -75,7 +75,7 @@ class Task:
     def signature(self) -> str:
         framing = self.framing
         parts = [self.function.name, framing.system if framing.system is not None else "\x00model default", *self.labels, str(self.max_tokens)]
-        if framing != Framing(system=framing.system):  # framings beyond a system message (since aisql 0.2)
+        if framing != Framing(system=framing.system):  # framings beyond a system message; a plain one keeps its older key (tests/test_cache_keys.py)
             parts += ["framing-v2", framing.suffix, framing.answer_prefix, framing.label_prefix]
         if self.grammar is not None:
             parts += ["grammar", self.grammar]

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from sqlglot import exp
 
-from aisql.engine.prompt_format import Framing
+from aisql.engine.model.prompt_format import Framing
 from aisql.errors import BindError
 from aisql.functions import arguments
 from aisql.functions.base import AIFunction, Options, Request, Task

@@ -1,5 +1,5 @@
 """Structured output: a declared schema becomes a JSON schema the decoder is held to
-(aisql.engine.json_constraint) and a DuckDB STRUCT the answer is read into.
+(aisql.engine.decoding.json_constraint) and a DuckDB STRUCT the answer is read into.
 
 BigQuery declares it as `output_schema => 'name STRING, age INT64'` (AI.GENERATE); Snowflake's
 AI_EXTRACT as questions, each a STRING field (an ARRAY of STRING where the question starts with
@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from sqlglot import exp
 
-from aisql.engine.json_document import Field
+from aisql.engine.decoding.json_document import Field
 from aisql.errors import BindError
 
 _KINDS = {

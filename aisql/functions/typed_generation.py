@@ -1,5 +1,5 @@
 """What BigQuery's AI.GENERATE_BOOL / _INT / _DOUBLE share: greedy decoding constrained to a
-literal of the type (aisql.engine.constrained), the literal read as the SQL value.
+literal of the type (aisql.engine.decoding.constrained), the literal read as the SQL value.
 
 The framing asks for the literal alone and begins the reply "The answer is:" (as AI.IF's, chosen
 by measured accuracy with SmolLM2); the constraint then makes every answer a literal — the
@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from sqlglot import exp
 
-from aisql.engine.prompt_format import Framing
+from aisql.engine.model.prompt_format import Framing
 from aisql.functions import arguments
 from aisql.functions.base import AIFunction, Options, Request, Task
 

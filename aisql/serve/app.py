@@ -34,8 +34,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from aisql.engine.hf import HFEngine
-from aisql.engine.serving import FinishEvent, RequestHandle, ServeRequest, ServingEngine, TokenEvent
+from aisql.engine.backends.hf import HFEngine
+from aisql.engine.continuous import FinishEvent, RequestHandle, ServeRequest, ServingEngine, TokenEvent
 from aisql.serve.metrics import ServerMetrics
 from aisql.serve.protocol import SEED_RANGE, ApiError, Sampling, parse_chat, parse_completion
 from aisql.serve.text import TextStream

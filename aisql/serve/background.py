@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import uvicorn
 
-from aisql.engine.hf import HFEngine
+from aisql.engine.backends.hf import HFEngine
 from aisql.errors import AisqlError
 from aisql.serve.app import OpenAIServer
 from aisql.serve.http import guarded_protocol, quiet_repeats, raise_descriptor_limit

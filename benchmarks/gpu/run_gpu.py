@@ -31,8 +31,8 @@ sys.path.insert(0, str(HERE.parent.parent))
 sys.path.insert(0, str(HERE.parent))
 
 from aisql.engine import GenerateRequest, ModelInfo, ScoreRequest  # noqa: E402
-from aisql.engine.hf import HFEngine  # noqa: E402
-from aisql.engine.loader import default_kv_budget  # noqa: E402
+from aisql.engine.backends.hf import HFEngine  # noqa: E402
+from aisql.engine.model.loader import default_kv_budget  # noqa: E402
 
 QWEN3_4B = dict(
     hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,

@@ -1,7 +1,7 @@
 """ClusterEngine: the Engine interface over a pool of Ray workers.
 
 Prompts are encoded here, on the driver, with the model's own tokenizer and prompt format read
-from its files (no weights: aisql.engine.facts) — the ids every worker runs, as the fingerprint
+from its files (no weights: aisql.engine.model.facts) — the ids every worker runs, as the fingerprint
 check guarantees. Bulk work goes through `run_shards` (aisql.executor.sharded); the few single
 calls of a run (naive rows, selectivity samples) go to one worker at a time. Engine counters are
 the sum of what the workers report.
@@ -13,7 +13,7 @@ import dataclasses
 from typing import Sequence
 
 from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelFacts, ScoreRequest
-from aisql.engine.prompt_format import EncodesPrompts
+from aisql.engine.model.prompt_format import EncodesPrompts
 from aisql.executor.cluster.pool import WorkerPool
 from aisql.executor.cluster.shards import PrefixLedger
 

@@ -21,7 +21,7 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-from aisql.engine.loader import EngineOptions
+from aisql.engine.model.loader import EngineOptions
 from aisql.errors import AisqlError, ModelError
 from aisql.executor.cluster.worker import WorkerInfo
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from aisql.engine.base import EngineStats, GenerateRequest, ModelInfo, ScoreRequest
-from aisql.engine.loader import EngineOptions
-from aisql.executor.answers import Answer
-from aisql.executor.evaluate import Prepared, run
+from aisql.engine.model.loader import EngineOptions
+from aisql.executor.answer_store import Answer
+from aisql.executor.evaluate import Prepared, answer_prepared
 from aisql.functions import Task
 
 
@@ -43,7 +43,7 @@ class EngineWorker:
             import torch
 
             torch.set_num_threads(threads)
-        from aisql.engine.loader import load_engine
+        from aisql.engine.model.loader import load_engine
 
         started = time.perf_counter()
         self.engine = load_engine(model, options)
@@ -57,7 +57,7 @@ class EngineWorker:
         """Answers of one shard, as the single engine would give them (same batching code)."""
         before = self.engine.stats.copy()
         started = time.perf_counter()
-        answers = run(self.engine, task, items)
+        answers = answer_prepared(self.engine, task, items)
         busy = time.perf_counter() - started
         return ShardResult(answers, self.engine.stats.since(before), busy)
 

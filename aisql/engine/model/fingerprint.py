@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 
-from aisql.paths import cache_root
+from aisql.paths import cache_root, save_cache_file
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".model")
 _SHA256_NAME = re.compile(r"^[0-9a-f]{64}$")
@@ -76,11 +75,4 @@ def _load_memo() -> dict[str, str]:
 
 def _save_memo(memo: dict[str, str]) -> None:
     """Written to a temporary file and renamed: concurrent runs never see half a file."""
-    path = _memo_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(memo))
-        os.replace(temporary, path)
-    except OSError:
-        pass  # a memo that cannot be written only costs a re-hash next time
+    save_cache_file(_memo_path(), json.dumps(memo))  # one that cannot be written only costs a re-hash

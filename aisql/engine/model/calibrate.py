@@ -10,7 +10,7 @@ import platform
 import time
 from pathlib import Path
 
-from aisql.paths import cache_root
+from aisql.paths import cache_root, save_cache_file
 
 
 def cpu_calibration() -> tuple[float, float]:
@@ -22,13 +22,7 @@ def cpu_calibration() -> tuple[float, float]:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     flops, bandwidth = _measure()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps({"peak_flops": flops, "memory_bandwidth": bandwidth}))
-        os.replace(temporary, path)
-    except OSError:
-        pass
+    save_cache_file(path, json.dumps({"peak_flops": flops, "memory_bandwidth": bandwidth}))
     return flops, bandwidth
 
 

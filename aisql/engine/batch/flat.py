@@ -25,7 +25,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from aisql.engine.radix import LayerKV, RadixCache, RadixNode
+from aisql.engine.kv.radix import LayerKV, RadixCache, RadixNode
 
 ATTENTION = "aisql"
 _active = threading.local()  # the pass in flight (engine calls are serialised by the engine lock)

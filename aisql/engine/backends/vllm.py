@@ -18,10 +18,10 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from aisql.engine.constrained import refuse_grammar
+from aisql.engine.decoding.constrained import refuse_grammar
 from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelInfo, ScoreRequest, logsumexp
-from aisql.engine.loader import vllm_fingerprint
-from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
+from aisql.engine.model.loader import vllm_fingerprint
+from aisql.engine.model.prompt_format import EncodesPrompts, PromptFormat
 from aisql.errors import ModelError
 
 
@@ -100,10 +100,10 @@ class VLLMEngine(EncodesPrompts):
 
     def facts(self):
         from aisql.engine.base import ModelFacts
-        from aisql.engine.facts import cached_profile
+        from aisql.engine.model.facts import cached_profile
 
-        from aisql.engine.loader import _hub_snapshot
-        from aisql.engine.numerics import DTYPES
+        from aisql.engine.model.loader import _hub_snapshot
+        from aisql.engine.model.numerics import DTYPES
 
         model = self.info.name[len("vllm:") :]
         directory = model if Path(model).is_dir() else _hub_snapshot(model, weights=False)

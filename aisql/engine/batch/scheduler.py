@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from aisql.engine.model_runner import Row
-from aisql.engine.radix import RadixCache, RadixNode
+from aisql.engine.batch.model_runner import Row
+from aisql.engine.kv.radix import RadixCache, RadixNode
 
 
 @dataclass

@@ -19,16 +19,16 @@ from typing import Sequence
 import torch
 
 from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelFacts, ModelInfo, ScoreRequest
-from aisql.engine.model_runner import BatchOutput, ModelRunner, Row
-from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
-from aisql.engine.radix import RadixCache
-from aisql.engine.scheduler import Scheduler, Work
-from aisql.engine import flat as flat_attention
-from aisql.engine.json_constraint import DEAD_END, check_budget, row_constraint
-from aisql.engine.decode import DecodeRow, decode_pass, greedy_accept, settle
-from aisql.engine.sampling import sample_token, seeded_generator
-from aisql.engine.flat import FlatOutput, Segment
-from aisql.engine.speculative import NgramIndex, SpeculationConfig
+from aisql.engine.batch.model_runner import BatchOutput, ModelRunner, Row
+from aisql.engine.model.prompt_format import EncodesPrompts, PromptFormat
+from aisql.engine.kv.radix import RadixCache
+from aisql.engine.batch.scheduler import Scheduler, Work
+from aisql.engine.batch import flat as flat_attention
+from aisql.engine.decoding.json_constraint import DEAD_END, check_budget, row_constraint
+from aisql.engine.decoding.decode import DecodeRow, decode_pass, greedy_accept, settle
+from aisql.engine.decoding.token_sampling import sample_token, seeded_generator
+from aisql.engine.batch.flat import FlatOutput, Segment
+from aisql.engine.decoding.speculative import NgramIndex, SpeculationConfig
 
 
 class HFEngine(EncodesPrompts):
@@ -245,7 +245,7 @@ class HFEngine(EncodesPrompts):
         first_logits = self.runner.logits(last)
         next_tokens = torch.argmax(first_logits, dim=-1).tolist()
         # Constrained rows (typed literals, JSON schemas): the most likely token that keeps the
-        # output valid, and a closing that fits the budget (aisql.engine.json_constraint).
+        # output valid, and a closing that fits the budget (aisql.engine.decoding.json_constraint).
         constraints = [row_constraint(r.grammar, self.tokenizer, tuple(self.stop_ids)) if r.grammar else None for r in requests]
         for constraint, request in zip(constraints, requests):
             check_budget(constraint, request.max_tokens)

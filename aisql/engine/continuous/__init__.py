@@ -3,10 +3,10 @@
 Split as vLLM v1 splits it: `request` (what a request is and produces), `scheduler` (which
 requests advance, as a plain step plan), `batch` (the running batch's KV), `sampling` (choosing
 tokens), `loop` (the engine thread: schedule -> run -> update). The decode step itself is the
-batch engine's (aisql.engine.decode).
+batch engine's (aisql.engine.decoding.decode).
 """
 
-from aisql.engine.serving.loop import ServingEngine, ServingStats
-from aisql.engine.serving.request import FinishEvent, RequestHandle, ServeRequest, Sink, TokenEvent
+from aisql.engine.continuous.loop import ServingEngine, ServingStats
+from aisql.engine.continuous.request import FinishEvent, RequestHandle, ServeRequest, Sink, TokenEvent
 
 __all__ = ["FinishEvent", "RequestHandle", "ServeRequest", "ServingEngine", "ServingStats", "Sink", "TokenEvent"]

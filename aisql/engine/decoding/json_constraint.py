@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from aisql.engine.json_document import DEAD_END, JSON_PREFIX, fields_of, flat_schema, shortest_completion
+from aisql.engine.decoding.json_document import DEAD_END, JSON_PREFIX, fields_of, flat_schema, shortest_completion
 
 
 
@@ -159,7 +159,7 @@ def _continuation(piece: bytes, missing: int) -> bool:
 
 
 class LiteralRow:
-    """A literal grammar (aisql.engine.constrained: int, double, bool) behind the same interface."""
+    """A literal grammar (aisql.engine.decoding.constrained: int, double, bool) behind the same interface."""
 
     def __init__(self, constraint) -> None:
         self.constraint = constraint
@@ -195,7 +195,7 @@ def row_constraint(grammar: str, tokenizer, stop_ids: tuple[int, ...]):
     """The per-row constraint of a GenerateRequest.grammar: a JSON schema or a literal type."""
     if grammar.startswith(JSON_PREFIX):
         return JsonRow(grammar, tokenizer, tuple(stop_ids))
-    from aisql.engine.constrained import constraint_for
+    from aisql.engine.decoding.constrained import constraint_for
 
     return LiteralRow(constraint_for(grammar, tokenizer, stop_ids))
 

@@ -16,8 +16,8 @@ from typing import Sequence
 import torch
 
 from aisql.engine.base import EngineStats
-from aisql.engine.model_runner import ModelRunner
-from aisql.engine.speculative import accepted_length
+from aisql.engine.batch.model_runner import ModelRunner
+from aisql.engine.decoding.speculative import accepted_length
 
 
 @dataclass

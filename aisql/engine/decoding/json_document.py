@@ -1,6 +1,6 @@
 """JSON documents of a flat schema, without torch: the fields a structured-output call declares,
 their JSON schema and the `GenerateRequest.grammar` naming it, and the shortest completion of a
-document prefix (what the decoder emits when the budget ends; aisql.engine.json_constraint).
+document prefix (what the decoder emits when the budget ends; aisql.engine.decoding.json_constraint).
 
 Kept apart from the decoder so that binding and planning a structured-output call, or a fully
 cached rerun of one, import no torch.

@@ -16,8 +16,8 @@ from typing import Sequence
 import torch
 
 from aisql.engine.base import EngineStats
-from aisql.engine.profile import model_profile
-from aisql.engine.radix import LayerKV, RadixCache, RadixNode
+from aisql.engine.model.profile import model_profile
+from aisql.engine.kv.radix import LayerKV, RadixCache, RadixNode
 
 
 @dataclass

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from aisql.engine.serving.request import Prefilling, RequestHandle, Running
+from aisql.engine.continuous.request import Prefilling, RequestHandle, Running
 
 
 @dataclass

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from aisql.engine.speculative import NgramIndex
+from aisql.engine.decoding.speculative import NgramIndex
 
 _IDS = itertools.count(1)
 

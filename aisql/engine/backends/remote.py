@@ -33,7 +33,7 @@ from aisql.engine.base import (
     ScoreRequest,
     logsumexp,
 )
-from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
+from aisql.engine.model.prompt_format import EncodesPrompts, PromptFormat
 from aisql.errors import ModelError
 
 DEFAULT_CONCURRENCY = 8
@@ -119,7 +119,7 @@ class RemoteEngine(EncodesPrompts):
         raise ModelError(f"the server at {self.base_url} does not serve {self.name!r} (it serves: {served})")
 
     def facts(self) -> ModelFacts:
-        from aisql.engine.facts import cached_profile
+        from aisql.engine.model.facts import cached_profile
 
         # The server's dtype is unknown here; the shape (FLOPs, KV bytes) is costed in bfloat16.
         profile = cached_profile(self._tokenizer_directory, self.info.name, "bfloat16")
@@ -146,7 +146,7 @@ class RemoteEngine(EncodesPrompts):
         return results
 
     def generate(self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True) -> list[Generation]:
-        from aisql.engine.constrained import refuse_grammar
+        from aisql.engine.decoding.constrained import refuse_grammar
 
         refuse_grammar(requests, "a remote server")
         results = self._map(self._generate_one, list(requests))

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from aisql.engine.fingerprint import file_digest
-from aisql.engine.numerics import available_host_memory
+from aisql.engine.model.fingerprint import file_digest
+from aisql.engine.model.numerics import available_host_memory
 from aisql.errors import ModelError
 from aisql.paths import build_directory_once, cache_root
 

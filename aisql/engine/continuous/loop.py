@@ -2,11 +2,11 @@
 the batch AI-SQL path.
 
 One engine thread loops over steps, each schedule -> run -> update (as vLLM v1's engine core):
-1. the scheduler (aisql.engine.serving.scheduler) plans the step: requests to drop, a chunk of a
+1. the scheduler (aisql.engine.continuous.scheduler) plans the step: requests to drop, a chunk of a
    long prompt, waiting requests to prefill together;
 2. the step runs: the prefills (each from the deepest prefix the radix tree holds, their KV
    stored for the next turn), then one decode pass over every running request (greedy ones
-   verify prompt-lookup drafts in it, sampled ones draw one token: aisql.engine.decode);
+   verify prompt-lookup drafts in it, sampled ones draw one token: aisql.engine.decoding.decode);
 3. the results update the requests: tokens go to each request's sink, finished ones leave the
    batch (their prompt + output KV kept in the tree: a conversation's next turn computes only
    its new tokens).
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 import torch
 
 from aisql.engine.base import EngineStats
-from aisql.engine.decode import DecodeRow, decode_pass, greedy_accept, settle
-from aisql.engine.hf import HFEngine
-from aisql.engine.serving.batch import RunningBatch
-from aisql.engine.serving.request import FinishEvent, Prefilling, RequestHandle, Running, ServeRequest, Sink, TokenEvent
-from aisql.engine.sampling import seeded_generator
-from aisql.engine.serving.sampling import choose_token, token_logprobs
-from aisql.engine.serving.scheduler import ServingScheduler, StepPlan
+from aisql.engine.decoding.decode import DecodeRow, decode_pass, greedy_accept, settle
+from aisql.engine.backends.hf import HFEngine
+from aisql.engine.continuous.batch import RunningBatch
+from aisql.engine.continuous.request import FinishEvent, Prefilling, RequestHandle, Running, ServeRequest, Sink, TokenEvent
+from aisql.engine.decoding.token_sampling import seeded_generator
+from aisql.engine.continuous.next_token import choose_token, token_logprobs
+from aisql.engine.continuous.scheduler import ServingScheduler, StepPlan
 
 
 def _engine_counter(name: str) -> property:

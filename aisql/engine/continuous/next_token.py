@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from aisql.engine.sampling import sample_token
-from aisql.engine.serving.request import Running
+from aisql.engine.decoding.token_sampling import sample_token
+from aisql.engine.continuous.request import Running
 
 
 def choose_token(sequence: Running, logits: torch.Tensor) -> tuple[int, float | None, dict[int, float] | None]:

@@ -2,7 +2,7 @@
 
 `aisql explain` and the planner of a run whose answers are cached must not pay for the weights,
 nor for importing torch or transformers. The tokenizer is read from the model's `tokenizer.json`
-with Rust `tokenizers` (aisql.engine.light_tokenizer) wherever the model ships one; the shape (parameters, layers, KV bytes per token) is measured once by building
+with Rust `tokenizers` (aisql.engine.model.light_tokenizer) wherever the model ships one; the shape (parameters, layers, KV bytes per token) is measured once by building
 the model on torch's meta device and kept in aisql's cache dir, keyed by the configuration's
 content and the dtype.
 """
@@ -16,16 +16,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 from aisql.engine.base import ModelFacts, ModelProfile
-from aisql.engine.prompt_format import EncodesPrompts, PromptFormat
-from aisql.paths import cache_root
+from aisql.engine.model.prompt_format import EncodesPrompts, PromptFormat
+from aisql.paths import cache_root, save_cache_file
 
 PROFILE_VERSION = 2  # 2: the context length (max_context) is part of the profile
 
 
 def load_tokenizer(directory: str | os.PathLike):
     """The model's tokenizer for planning: read from tokenizer.json without transformers where
-    the model ships one (aisql.engine.light_tokenizer), else transformers' own."""
-    from aisql.engine.light_tokenizer import LightTokenizer
+    the model ships one (aisql.engine.model.light_tokenizer), else transformers' own."""
+    from aisql.engine.model.light_tokenizer import LightTokenizer
 
     if LightTokenizer.available(directory):
         return LightTokenizer(directory)
@@ -52,7 +52,7 @@ def cached_profile(directory: str | os.PathLike, name: str, dtype: str) -> Model
         pass
     import torch
 
-    from aisql.engine.profile import profile_from_config
+    from aisql.engine.model.profile import profile_from_config
 
     profile = profile_from_config(directory, name, getattr(torch, dtype))
     remember_profile(directory, dtype, profile)
@@ -64,13 +64,7 @@ def remember_profile(directory: str | os.PathLike, dtype: str, profile: ModelPro
     path = _profile_path(directory, dtype)
     if path.exists():
         return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(asdict(profile)))
-        os.replace(temporary, path)
-    except OSError:
-        pass  # an unwritable cache only costs measuring again
+    save_cache_file(path, json.dumps(asdict(profile)))  # an unwritable cache only costs measuring again
 
 
 def _profile_path(directory: str | os.PathLike, dtype: str) -> Path:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:
-    from aisql.engine.radix import RadixNode
+    from aisql.engine.kv.radix import RadixNode
 
 
 class EvictionPolicy(Protocol):

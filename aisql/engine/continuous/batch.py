@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from aisql.engine.model_runner import ModelRunner
-from aisql.engine.radix import LayerKV
-from aisql.engine.serving.request import Running
+from aisql.engine.batch.model_runner import ModelRunner
+from aisql.engine.kv.radix import LayerKV
+from aisql.engine.continuous.request import Running
 
 
 class RunningBatch:

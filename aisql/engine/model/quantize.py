@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from aisql.engine.numerics import QUANTIZATIONS, quantization_note
+from aisql.engine.model.numerics import QUANTIZATIONS, quantization_note
 from aisql.errors import ModelError
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Callable
 
 from aisql.engine.base import Engine, ModelInfo
-from aisql.engine.fingerprint import directory_fingerprint, numerics_suffix
-from aisql.engine.numerics import available_host_memory, cuda_available, device_type, dtype_name
+from aisql.engine.model.fingerprint import directory_fingerprint, numerics_suffix
+from aisql.engine.model.numerics import available_host_memory, cuda_available, device_type, dtype_name
 from aisql.errors import ModelError
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
@@ -66,16 +66,16 @@ class ResolvedModel:
 
     def fingerprint(self, options: "EngineOptions") -> str:
         """Identifies weights, tokenizer and numerics: the result cache's model key (see
-        aisql.engine.fingerprint). Computed without loading the model."""
+        aisql.engine.model.fingerprint). Computed without loading the model."""
         if self.backend == "hf":
             return hf_fingerprint(Path(self.location), options)
         if self.backend == "gguf":
-            from aisql.engine.gguf import gguf_identity
+            from aisql.engine.model.gguf import gguf_identity
 
             device = device_type(options.device)
             return gguf_identity(Path(self.location)) + numerics_suffix(device, dtype_name(options.dtype, device), options.quantize)
         if self.backend == "openai":
-            from aisql.engine.remote import remote_fingerprint
+            from aisql.engine.backends.remote import remote_fingerprint
 
             return remote_fingerprint(self.name)
         return vllm_fingerprint(self.location, options)
@@ -119,18 +119,18 @@ def load_engine(
 def load_resolved(model: ResolvedModel, options: EngineOptions, notify: Callable[[str], None] | None = None) -> Engine:
     """The engine for a resolved model. `notify`: where to say what a slow first load is doing."""
     if model.backend == "gguf":
-        from aisql.engine.gguf import convert
+        from aisql.engine.model.gguf import convert
 
         directory = convert(Path(model.location), notify)
         return load_hf_directory(
             directory, name=model.name, options=options, source=model.source, note=model.note, fingerprint=model.fingerprint(options)
         )
     if model.backend == "openai":
-        from aisql.engine.remote import RemoteEngine
+        from aisql.engine.backends.remote import RemoteEngine
 
         return RemoteEngine(model.name, model.location, note=model.note, is_test=model.is_test)
     if model.backend == "vllm":
-        from aisql.engine.vllm import load_vllm_engine
+        from aisql.engine.backends.vllm import load_vllm_engine
 
         return load_vllm_engine(model.location, options)
     return load_hf_directory(
@@ -141,13 +141,13 @@ def load_resolved(model: ResolvedModel, options: EngineOptions, notify: Callable
 def load_model_facts(model: ResolvedModel, options: EngineOptions):
     """The model's prompt format and shape, without its weights (nor torch, once its shape is
     known): for `aisql explain` and for planning a run whose answers may all be cached."""
-    from aisql.engine.facts import model_facts
+    from aisql.engine.model.facts import model_facts
 
     embedded = model.backend in ("hf", "gguf")
     device = device_type(options.device) if embedded else "cuda"
     location = model.location
     if model.backend == "gguf":
-        from aisql.engine.gguf import convert
+        from aisql.engine.model.gguf import convert
 
         location = str(convert(Path(model.location)))
     elif model.backend == "vllm" and not Path(model.location).is_dir():
@@ -158,11 +158,11 @@ def load_model_facts(model: ResolvedModel, options: EngineOptions):
 def _resolve(name: str, weights: bool = True) -> ResolvedModel:
     lowered = name.lower()
     if lowered == "tiny":
-        from aisql.engine.tiny import NOTE, tiny_model_dir
+        from aisql.engine.model.tiny import NOTE, tiny_model_dir
 
         return ResolvedModel("tiny", "hf", str(tiny_model_dir()), "built offline", note=NOTE, is_test=True)
     if lowered == OFFLINE_MODEL:
-        from aisql.engine.gguf import smollm2_file
+        from aisql.engine.model.gguf import smollm2_file
 
         path = smollm2_file()
         if path is None:
@@ -179,7 +179,7 @@ def _resolve(name: str, weights: bool = True) -> ResolvedModel:
             raise ModelError("vllm: needs a model, e.g. vllm:Qwen/Qwen3-0.6B")
         return ResolvedModel(name, "vllm", target, "vllm")
     if lowered.startswith("openai:"):
-        from aisql.engine.remote import parse_remote_spec
+        from aisql.engine.backends.remote import parse_remote_spec
 
         served, url = parse_remote_spec(name)
         try:
@@ -266,7 +266,7 @@ def _reachable_remembered(endpoint: str) -> bool:
     import json
     import time
 
-    from aisql.paths import cache_root
+    from aisql.paths import cache_root, save_cache_file
 
     memo = cache_root() / "hub-unreachable.json"
     try:
@@ -278,13 +278,7 @@ def _reachable_remembered(endpoint: str) -> bool:
     if _reachable(endpoint):
         return True
     seen[endpoint] = time.time()
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        temporary = memo.with_name(f".{memo.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(seen))
-        os.replace(temporary, memo)
-    except OSError:
-        pass
+    save_cache_file(memo, json.dumps(seen))
     return False
 
 
@@ -302,7 +296,7 @@ def load_hf_directory(
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from aisql.engine.hf import HFEngine
+    from aisql.engine.backends.hf import HFEngine
 
     device = _device(options.device)
     dtype = _dtype(options.dtype, device)
@@ -316,7 +310,7 @@ def load_hf_directory(
     model.to(device)
     quantization = None
     if options.quantize:
-        from aisql.engine.quantize import quantize_model
+        from aisql.engine.model.quantize import quantize_model
 
         quantization = quantize_model(model, options.quantize, device)
     config = model.config
@@ -335,7 +329,7 @@ def load_hf_directory(
         quantization=options.quantize,
     )
     on_cuda = device.type == "cuda"
-    from aisql.engine.speculative import SpeculationConfig
+    from aisql.engine.decoding.speculative import SpeculationConfig
 
     engine = HFEngine(
         model,
@@ -348,7 +342,7 @@ def load_hf_directory(
         speculation=SpeculationConfig() if options.speculative else None,
     )
     if not options.quantize:  # the shape of these weights, for planning later runs without torch
-        from aisql.engine.facts import remember_profile
+        from aisql.engine.model.facts import remember_profile
 
         remember_profile(directory, info.dtype, engine.runner.profile)
     return engine
@@ -379,7 +373,7 @@ def _dtype(requested: str, device):
 
 
 def hf_fingerprint(directory: Path, options: EngineOptions) -> str:
-    """Computed without torch where the machine has no GPU (see aisql.engine.numerics)."""
+    """Computed without torch where the machine has no GPU (see aisql.engine.model.numerics)."""
     device = device_type(options.device)
     return directory_fingerprint(directory) + numerics_suffix(device, dtype_name(options.dtype, device), options.quantize)
 

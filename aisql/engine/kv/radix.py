@@ -33,7 +33,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from aisql.engine.eviction import EvictionPolicy, ExpectedReuse
+from aisql.engine.kv.eviction import EvictionPolicy, ExpectedReuse
 
 LayerKV = tuple[torch.Tensor, torch.Tensor]  # keys, values: [kv_heads, tokens, head_dim]
 
