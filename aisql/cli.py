@@ -190,6 +190,7 @@ _engine = [
     click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
     click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16", "float64"]), default="auto", show_default=True, help="Compute dtype (auto: float32 on CPU, bfloat16 on CUDA)."),
     click.option("--kv-budget", metavar="SIZE", help="Memory for the prefix KV cache, e.g. 2GB (default: from free memory)."),
+    click.option("--kv-eviction", type=click.Choice(["reuse", "lru"]), default="reuse", show_default=True, help="Which cached prefixes go first when the KV budget is full: lowest expected reuse x recompute cost, or least recently used."),
     click.option("--quantize", type=click.Choice(["int8", "fp8", "bf16"]), help="Opt-in weight quantization (int8 on CPU); outputs say so."),
     click.option("--no-prefix-cache", is_flag=True, help="Do not reuse KV across prompts or requests (for comparisons)."),
     click.option("--no-speculation", is_flag=True, help="Plain greedy decoding, without prompt-lookup drafts (same output)."),
@@ -199,7 +200,9 @@ _engine = [
 _embed_model = click.option("--embed-model", metavar="SPEC", help="Embedding model of AI.EMBED / AI.SIMILARITY: a sentence-transformers directory or Hugging Face id (default: $AISQL_EMBED_MODEL, then all-MiniLM-L6-v2).")
 
 
-def _engine_options(device: str, kv_budget: str | None, quantize: str | None, no_prefix_cache: bool, no_speculation: bool, dtype: str = "auto"):
+def _engine_options(
+    device: str, kv_budget: str | None, quantize: str | None, no_prefix_cache: bool, no_speculation: bool, dtype: str = "auto", kv_eviction: str = "reuse"
+):
     from aisql.engine.model.loader import EngineOptions
     from aisql.engine.model.numerics import check_device
 
@@ -209,6 +212,7 @@ def _engine_options(device: str, kv_budget: str | None, quantize: str | None, no
         device=device,
         dtype=dtype,
         kv_budget=parse_size(kv_budget) if kv_budget else None,
+        kv_eviction=kv_eviction,
         quantize=quantize,
         prefix_cache=not no_prefix_cache,
         speculative=not no_speculation,
@@ -279,7 +283,7 @@ def _apply(options):
 @_embed_model
 @_handle_errors
 def run(
-    query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation,
+    query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
     output, output_all, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
     cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, workers, cluster, approximate, embed_model,
 ):
@@ -294,7 +298,7 @@ def run(
         check_text_path(Path(output_all) / "statement_1.parquet", "--output-all")
     if stats_json:
         check_text_path(stats_json, "--stats-json")
-    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype)
+    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction)
     if cache_path and no_cache:
         raise AisqlError("give either --cache PATH or --no-cache, not both")
     cache = False if no_cache else (cache_path or True)
@@ -429,13 +433,13 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @_embed_model
 @_handle_errors
-def shell(db, read_only, tables, dialect, model, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation, fmt, max_rows, no_cache, debug, embed_model):
+def shell(db, read_only, tables, dialect, model, device, dtype, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation, fmt, max_rows, no_cache, debug, embed_model):
     """An interactive session, as `duckdb` with no arguments: statements end at `;`, each runs
     when complete; the model loads once. Piped input runs as a script (exit 1 if a statement failed)."""
     from aisql.output import print_csv, print_json_line, print_table
     from aisql.shell import run_shell
 
-    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype)
+    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction)
     con = _connect(db, tables, None, model=model, engine_options=options, cache=not no_cache, read_only=read_only, embed_model=embed_model)
 
     def run_one(statement: str) -> None:
@@ -589,7 +593,7 @@ def _summary(result, output: str | None) -> None:
 @click.option("--debug", is_flag=True, hidden=True)
 @_handle_errors
 def serve(
-    model, host, port, served_model_name, api_keys, cache_isolation, device, dtype, kv_budget, quantize, no_prefix_cache, no_speculation,
+    model, host, port, served_model_name, api_keys, cache_isolation, device, dtype, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
     max_running, prefill_chunk, max_kv_tokens, max_body_size, max_connections, read_timeout, debug,
 ):
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
@@ -598,7 +602,7 @@ def serve(
     from aisql.serve.app import OpenAIServer, RequestLimits
     from aisql.serve.background import ConnectionLimits, listen, uvicorn_server
 
-    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype)
+    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction)
     limits = RequestLimits(max_body_bytes=parse_size(max_body_size))
     if any(not key.strip() for key in api_keys):
         raise AisqlError("--api-key must not be empty")

@@ -153,3 +153,55 @@ def test_released_requests_stop_protecting_their_prefixes():
     (new,) = cache.insert([9, 9])
     assert cache.store(new, fake_kv(new.tokens))
     assert finished_anchor.kv is None and waiting_anchor.kv is not None  # the finished prefix goes first
+
+
+def test_a_match_may_end_inside_an_edge():
+    """A prompt leaving a cached edge part-way still reuses the part it shares (as SGLang
+    matches): before, the match stopped at the last whole edge."""
+    cache = RadixCache(budget_bytes=100 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
+    stored = [5, 6, 7, 8, 9]
+    cache.insert_kv(cache.insert(stored), lambda start, end: fake_kv(stored[start:end]))
+    match = cache.match_prefix([5, 6, 7, 1, 2])
+    assert (match.length, match.node.tokens) == (3, (5, 6, 7, 8, 9))  # one edge, matched to its middle, not split
+    assert spelled(cache.gather(match.node, match.length)) == [5, 6, 7]
+    assert [count for _, count in cache.kv_segments(match.node, match.length)] == [3]
+    assert cache.match_prefix([4, 5]).length == 0
+    assert cache.match_prefix(stored + [1]).length == 5
+
+
+def test_longest_cached_prefix_by_brute_force():
+    cache = RadixCache(budget_bytes=1000 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
+    stored = [[1, 2, 3, 4], [1, 2, 5, 6, 7], [8, 9]]
+    for prompt in stored:
+        cache.insert_kv(cache.insert(prompt), lambda start, end, p=prompt: fake_kv(p[start:end]))
+    for probe in ([1, 2, 3, 9], [1, 2, 5, 6, 0], [1, 0], [8, 9, 9], [7], [1, 2, 5, 6, 7, 8]):
+        longest = max(next((i for i, (a, b) in enumerate(zip(probe, s)) if a != b), min(len(probe), len(s))) for s in stored)
+        match = cache.match_prefix(probe)
+        assert match.length == longest, probe
+        if longest:
+            assert spelled(cache.gather(match.node, match.length)) == probe[:longest]
+
+
+def test_reuse_counts_have_one_writer():
+    """Only the cache writes a node's pending/uses counts (begin_use, end_use, record_use);
+    the schedulers report through it."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent.parent / "aisql"
+    writers = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.AugAssign, ast.Assign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Attribute) and t.attr in ("pending", "uses") for t in targets):
+                    writers.add(path.relative_to(package).as_posix())
+    assert writers == {"engine/kv/radix.py"}
+
+
+def test_the_eviction_policy_is_an_engine_option():
+    from aisql.engine import EngineOptions, load_engine
+    from aisql.engine.kv.eviction import ExpectedReuse, LeastRecentlyUsed
+
+    assert isinstance(load_engine("tiny", EngineOptions(kv_eviction="lru")).radix.policy, LeastRecentlyUsed)
+    assert isinstance(load_engine("tiny").radix.policy, ExpectedReuse)

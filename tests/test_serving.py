@@ -101,6 +101,28 @@ def test_next_turn_starts_from_the_finished_conversation(engine):
     assert second.finished[0].cached_tokens == len(prompt) + len(first.tokens[0]) - 1
 
 
+@pytest.mark.parametrize("prefill_chunk", [16, 2048])  # chunked (start_sequence) and batched prefill
+def test_a_prompt_leaving_a_cached_turn_midway_reuses_the_shared_part(engine, prefill_chunk):
+    """The finished turn is one edge of the tree; a prompt sharing its first k tokens matches into
+    the middle of that edge and starts from k cached tokens (it used to count 0 on the chunked
+    path), with the output of plain greedy decoding."""
+    engine.reset_cache()
+    serving = ServingEngine(engine, prefill_chunk=prefill_chunk)
+    try:
+        prompt = prompts(engine, 1)[0]
+        run_all(serving, [ServeRequest(prompt, 4)])
+        shared = len(prompt) - 6
+        other = prompt[:shared] + tuple(engine.tokenizer.encode(" Tell me about owls"))
+        assert other[shared] != prompt[shared]
+        assert engine.cached_prefix_length(other) == shared
+        second = run_all(serving, [ServeRequest(other, 6)])
+    finally:
+        serving.close()
+    plain = engine.generate([GenerateRequest(other, 6)], reuse=False, speculative=False)
+    assert second.finished[0].cached_tokens == shared
+    assert second.tokens[0] == list(plain[0].token_ids)
+
+
 def test_cancel_before_and_during(engine):
     serving = ServingEngine(engine)
     try:

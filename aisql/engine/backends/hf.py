@@ -21,6 +21,7 @@ import torch
 from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelFacts, ModelInfo, ScoreRequest
 from aisql.engine.batch.model_runner import BatchOutput, ModelRunner, Row
 from aisql.engine.model.prompt_format import EncodesPrompts, PromptFormat
+from aisql.engine.kv.eviction import eviction_policy
 from aisql.engine.kv.radix import RadixCache
 from aisql.engine.batch.scheduler import Scheduler, Work
 from aisql.engine.batch import flat as flat_attention
@@ -46,6 +47,7 @@ class HFEngine(EncodesPrompts):
         prefix_cache: bool = True,
         speculation: SpeculationConfig | None = SpeculationConfig(),
         flat: bool = True,
+        eviction: str = "reuse",
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -62,10 +64,12 @@ class HFEngine(EncodesPrompts):
             model.config._attn_implementation = flat_attention.ATTENTION
         self.device = self.runner.device
         self.prefix_cache = prefix_cache and self.runner.supports_prefix_cache
+        bytes_per_token = max(1, self.runner.bytes_per_token)
         self.radix = RadixCache(
             kv_budget_bytes if self.prefix_cache else 0,
-            max(1, self.runner.bytes_per_token),
+            bytes_per_token,
             self.runner.recompute_cost,
+            policy=eviction_policy(eviction, self.runner.recompute_cost, bytes_per_token),
         )
         self.scheduler = Scheduler(self.radix, max_batch_tokens, 4 * max_batch_tokens, max_batch_size)
         self.speculation = speculation

@@ -50,19 +50,14 @@ class Scheduler:
             self.radix.insert(prompt, salt)
         chains = [self.radix.insert(p, salt) for p, salt in zip(prompts, salts)]
         for chain in chains:
-            for node in chain:
-                node.pending += 1
-                node.uses += 1
+            self.radix.begin_use(chain)
         return chains
 
     def release(self, chains: Sequence[list[RadixNode]]) -> None:
         """Requests done: they no longer count towards their nodes' expected reuse, so a finished
         group's prefix becomes evictable as soon as its last request has run."""
         for chain in chains:
-            for node in chain:
-                node.pending -= 1
-            if chain:
-                self.radix.touch(chain[-1])
+            self.radix.end_use(chain)
 
     def shared_levels(self, chains: Sequence[list[RadixNode]]) -> Iterator[list[Work]]:
         """Rows computing the shared, uncached nodes, one tree level at a time (parents first).

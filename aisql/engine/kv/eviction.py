@@ -39,3 +39,15 @@ class ExpectedReuse:
 class LeastRecentlyUsed:
     def priority(self, node: RadixNode) -> tuple:
         return (node.last_access,)
+
+
+POLICIES = ("reuse", "lru")  # EngineOptions.kv_eviction, --kv-eviction
+
+
+def eviction_policy(name: str, recompute_cost: Callable[[int, int], float], bytes_per_token: int) -> EvictionPolicy:
+    """The policy an engine option names."""
+    if name == "reuse":
+        return ExpectedReuse(recompute_cost, bytes_per_token)
+    if name == "lru":
+        return LeastRecentlyUsed()
+    raise ValueError(f"unknown KV eviction policy {name!r} (one of {', '.join(POLICIES)})")

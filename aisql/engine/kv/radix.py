@@ -79,8 +79,8 @@ class RadixNode:
 
 @dataclass(frozen=True)
 class Match:
-    node: RadixNode  # deepest node whose whole path has KV and prefixes the tokens (the root: none)
-    length: int  # tokens of that path
+    node: RadixNode  # the node the matched prefix ends in, its whole path cached (the root: none)
+    length: int  # matched tokens: node.end, or fewer when the match ends inside node's edge
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,10 @@ class RadixCache:
         return chain
 
     def match_prefix(self, tokens: Sequence[int], salt: str | None = None) -> Match:
-        """Deepest node whose whole path has KV and is a prefix of `tokens`, and its length."""
+        """The longest prefix of `tokens` whose KV the tree holds, and the node it ends in. As in
+        SGLang, a match may end inside an edge: `length` then stops short of `node.end`, and the
+        node's KV covers the matched part (readers take `length` tokens: `gather`, `kv_segments`).
+        Nothing is split: matching never changes the tree."""
         tokens = tuple(tokens)
         node = self.root_for(salt)
         best, best_len = node, 0
@@ -175,11 +178,12 @@ class RadixCache:
             child = node.children.get(tokens[position])
             if child is None or child.kv is None:
                 break
-            if _common_length(child.tokens, tokens, position) < len(child.tokens):
-                break
-            position += len(child.tokens)
-            node = best = child
-            best_len = position
+            common = _common_length(child.tokens, tokens, position)
+            position += common
+            best, best_len = child, position
+            if common < len(child.tokens):
+                break  # the prompt leaves this edge part-way: its first `common` tokens still match
+            node = child
         return Match(best, best_len)
 
     def deepest_cached(self, chain: Sequence[RadixNode]) -> RadixNode:
@@ -321,8 +325,25 @@ class RadixCache:
         for n in node.path():
             n.last_access = stamp
 
+    # Reuse counts have one writer, the cache: the batch scheduler and the serving loop report
+    # requests through these three calls, and eviction policies only read the counts.
+    def begin_use(self, chain: Sequence[RadixNode]) -> None:
+        """A request of the running call will pass through `chain`: it counts towards the nodes'
+        expected reuse (pending) and their history (uses) until `end_use`."""
+        for node in chain:
+            node.pending += 1
+            node.uses += 1
+
+    def end_use(self, chain: Sequence[RadixNode]) -> None:
+        """The request is done: a finished group's prefix becomes evictable once its last
+        request has run."""
+        for node in chain:
+            node.pending -= 1
+        if chain:
+            self.touch(chain[-1])
+
     def record_use(self, chain: Sequence[RadixNode]) -> None:
-        """A request passed through `chain` (reuse history, and recency)."""
+        """A request passed through `chain` and is done (serving: a finished turn's sequence)."""
         for node in chain:
             node.uses += 1
         if chain:

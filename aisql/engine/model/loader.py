@@ -37,6 +37,7 @@ class EngineOptions:
     max_batch_tokens: int | None = None  # padded new tokens per forward pass; default per device
     max_batch_size: int | None = None
     kv_budget: int | None = None  # bytes for the prefix KV cache; default from free memory
+    kv_eviction: str = "reuse"  # which cached prefixes go first when it is full: "reuse" | "lru" (aisql.engine.kv.eviction)
     prefix_cache: bool = True
     speculative: bool = True  # prompt-lookup speculative decoding (lossless)
     quantize: str | None = None  # None | "int8" (CPU) | "fp8" (weights) | "bf16" (weights)
@@ -339,6 +340,7 @@ def load_hf_directory(
         max_batch_size=options.max_batch_size or (256 if on_cuda else 64),
         kv_budget_bytes=options.kv_budget if options.kv_budget is not None else default_kv_budget(device),
         prefix_cache=options.prefix_cache,
+        eviction=options.kv_eviction,
         speculation=SpeculationConfig() if options.speculative else None,
     )
     if not options.quantize:  # the shape of these weights, for planning later runs without torch
