@@ -148,3 +148,37 @@ def test_rejects_what_cannot_fit(engine):
             serving.submit(ServeRequest((), 5), lambda event: None)
     finally:
         serving.close()
+
+
+class OnlyTheBackend:
+    """The engine seen through the declared ServingBackend interface alone: any other member the
+    serving loop reached for would raise AttributeError here."""
+
+    def __init__(self, engine) -> None:
+        from aisql.engine.continuous.backend import ServingBackend
+
+        names = {n for n in dir(ServingBackend) if not n.startswith("_")} | set(ServingBackend.__annotations__)
+        object.__setattr__(self, "_engine", engine)
+        object.__setattr__(self, "_names", names)
+
+    def __getattr__(self, name):
+        if name not in self._names:
+            raise AttributeError(f"the serving loop used {name!r}, which ServingBackend does not declare")
+        return getattr(self._engine, name)
+
+
+@pytest.mark.parametrize("prefill_chunk", [16, 2048])
+def test_the_loop_needs_only_the_declared_backend(engine, prefill_chunk):
+    from aisql.engine.continuous.backend import ServingBackend
+
+    assert isinstance(engine, ServingBackend)
+    texts = prompts(engine, 3)
+    plain = engine.generate([GenerateRequest(p, 6) for p in texts], reuse=False, speculative=False)
+    engine.reset_cache()
+    serving = ServingEngine(OnlyTheBackend(engine), prefill_chunk=prefill_chunk)
+    try:
+        got = run_all(serving, [ServeRequest(p, 6) for p in texts])
+    finally:
+        serving.close()
+    assert [tuple(got.tokens[i]) for i in range(3)] == [g.token_ids for g in plain]
+    assert all(f.finish_reason != "error" for f in got.finished.values())

@@ -1,19 +1,22 @@
 """Continuous batching for interactive requests, on the same engine (weights, radix KV cache) as
 the batch AI-SQL path.
 
-One engine thread loops over steps, each schedule -> run -> update (as vLLM v1's engine core):
-1. the scheduler (aisql.engine.continuous.scheduler) plans the step: requests to drop, a chunk of a
-   long prompt, waiting requests to prefill together;
-2. the step runs: the prefills (each from the deepest prefix the radix tree holds, their KV
-   stored for the next turn), then one decode pass over every running request (greedy ones
-   verify prompt-lookup drafts in it, sampled ones draw one token: aisql.engine.decoding.decode);
-3. the results update the requests: tokens go to each request's sink, finished ones leave the
-   batch (their prompt + output KV kept in the tree: a conversation's next turn computes only
-   its new tokens).
+One engine thread loops over steps, each schedule -> execute -> update (as vLLM v1's engine core):
+1. `scheduler.schedule()` plans the step from the requests' states it owns (waiting,
+   prefilling, running): requests to drop, a chunk of a long prompt, waiting requests to
+   prefill together (aisql.engine.continuous.scheduler);
+2. `execute(plan)` runs it on the engine (a `ServingBackend`): the prefills (each from the
+   deepest prefix the radix tree holds, their KV stored for the next turn), then one decode pass
+   over every running request (greedy ones verify prompt-lookup drafts in it, sampled ones draw
+   one token: aisql.engine.decoding.decode); tokens go to each request's sink, finished ones
+   leave the batch (their prompt + output KV kept in the tree: a conversation's next turn
+   computes only its new tokens);
+3. `scheduler.update(result)` takes the step's outcome: the prefill still in progress, the
+   requests now running.
 
-Sinks only enqueue, so a slow client never holds the loop. The loop owns all state; other
-threads only submit and cancel. An error inside a step fails exactly the requests that step
-touched; the loop goes on.
+Sinks only enqueue, so a slow client never holds the loop. The loop thread alone changes state;
+other threads only submit and cancel. An error inside a step fails exactly the requests that
+step touched; the loop goes on.
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ import torch
 
 from aisql.engine.base import EngineStats
 from aisql.engine.decoding.decode import DecodeRow, decode_pass, greedy_accept, settle
-from aisql.engine.backends.hf import HFEngine
+from aisql.engine.continuous.backend import ServingBackend
 from aisql.engine.continuous.batch import RunningBatch
 from aisql.engine.continuous.request import FinishEvent, Prefilling, RequestHandle, Running, ServeRequest, Sink, TokenEvent
 from aisql.engine.decoding.token_sampling import seeded_generator
 from aisql.engine.continuous.next_token import choose_token, token_logprobs
-from aisql.engine.continuous.scheduler import ServingScheduler, StepPlan
+from aisql.engine.continuous.scheduler import ServingScheduler, StepPlan, StepResult
 
 
 def _engine_counter(name: str) -> property:
@@ -62,7 +65,7 @@ class ServingStats:
 
 class ServingEngine:
     def __init__(
-        self, engine: HFEngine, *, max_running: int = 64, prefill_chunk: int = 2048, max_kv_tokens: int | None = None
+        self, engine: ServingBackend, *, max_running: int = 64, prefill_chunk: int = 2048, max_kv_tokens: int | None = None
     ) -> None:
         """`max_kv_tokens`: admit a request only while every running request's prompt + max_tokens
         fits in this many tokens of KV (default: as many as the prefix cache's memory budget holds);
@@ -111,51 +114,49 @@ class ServingEngine:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._inbox or self.scheduler.has_work or self.batch.rows or self._stopped):
+                while not (self._inbox or self.scheduler.has_work or self._stopped):
                     self._cond.wait()
                 if self._stopped:
                     break
-                self.scheduler.waiting.extend(self._inbox)
+                self.scheduler.add(self._inbox)
                 self._inbox.clear()
-            plan = self.scheduler.schedule(self.batch.rows)
+            plan = self.scheduler.schedule()
             try:
                 with self.engine.lock, torch.inference_mode():
-                    self.step(plan)
+                    result = self.execute(plan)
                     self.engine.sync_cache_stats()
             except Exception as err:  # noqa: BLE001 - the requests of this step learn why; the loop goes on
-                self._fail_step(plan, f"{type(err).__name__}: {err}")
-            self.stats.running = len(self.batch.rows)
+                result = self._fail_step(plan, f"{type(err).__name__}: {err}")
+            self.scheduler.update(result)
+            self.stats.running = len(self.scheduler.running)
             self.stats.waiting = len(self.scheduler.waiting) + (self.scheduler.prefilling is not None)
 
-    def step(self, plan: StepPlan) -> None:
-        """Run one planned step: retire, prefill, decode — and update the requests."""
+    def execute(self, plan: StepPlan) -> StepResult:
+        """Run one planned step — retire, prefill, decode — sending tokens to the requests."""
         for handle in plan.finish_unstarted:
             self._finish_unstarted(handle)
         if plan.retire:
             self._retire(plan.retire)
+        prefilling = plan.chunk
         if plan.start_chunked is not None:
-            self.scheduler.prefilling = self._start_chunked(plan.start_chunked)
-        if plan.chunk_tokens and self.scheduler.prefilling is not None:
-            self._prefill_chunk(self.scheduler.prefilling, plan.chunk_tokens)
+            prefilling = self._start_chunked(plan.start_chunked)
+        if plan.chunk_tokens and prefilling is not None and self._prefill_chunk(prefilling, plan.chunk_tokens):
+            prefilling = None  # the whole prompt is in: it joined the batch (or already finished)
         if plan.prefill:
             self._prefill_together(plan.prefill)
-        if plan.decode and self.batch.rows:
+        if self.batch.rows:
             self._decode()
+        return StepResult(prefilling=prefilling, running=[sequence.handle for sequence in self.batch.rows])
 
-    def _fail_step(self, plan: StepPlan, message: str) -> None:
-        """Fail the requests the failed step touched: the running batch, the prefill in
-        progress, the requests it was prefilling. Waiting requests are untouched."""
-        touched = [s.handle for s in self.batch.rows] + list(plan.prefill)
-        if self.scheduler.prefilling is not None:
-            touched.append(self.scheduler.prefilling.handle)
-        if plan.start_chunked is not None:
-            touched.append(plan.start_chunked)
-        for handle in touched:
+    def _fail_step(self, plan: StepPlan, message: str) -> StepResult:
+        """Fail the requests the failed step touched (the scheduler says which); waiting requests
+        are untouched. Nothing is left running or prefilling."""
+        for handle in self.scheduler.touched(plan):
             if not handle.finished:
                 self.stats.failed += 1
                 handle.finish(FinishEvent("error", len(handle.request.prompt_ids), 0, 0, error=message))
         self.batch = RunningBatch(self.runner)
-        self.scheduler.prefilling = None
+        return StepResult(prefilling=None, running=[])
 
     # ---- prefill ---------------------------------------------------------------------------
     def _prefill_together(self, handles: list[RequestHandle]) -> None:
@@ -184,7 +185,8 @@ class ServingEngine:
         self.stats.prompt_tokens += len(handle.request.prompt_ids)
         return Prefilling(handle, cache, cached, cached)
 
-    def _prefill_chunk(self, state: Prefilling, tokens: int) -> None:
+    def _prefill_chunk(self, state: Prefilling, tokens: int) -> bool:
+        """Run the next `tokens` of a chunked prefill; True when the whole prompt is in."""
         prompt = state.handle.request.prompt_ids
         end = min(len(prompt), state.done + tokens)
         ids = torch.tensor([prompt[state.done : end]], device=self.runner.device)
@@ -193,9 +195,8 @@ class ServingEngine:
         self.runner.count(end - state.done, state.done)
         state.done = end
         if end < len(prompt):
-            return
+            return False
         # The whole prompt is in: keep its KV for later turns, pick the first token, join the batch.
-        self.scheduler.prefilling = None
         layers = state.cache.layers
         self.engine.store_sequence(
             prompt,
@@ -205,6 +206,7 @@ class ServingEngine:
         sequence = self._running(state.handle, state.cached)
         if not self._first_token(sequence, self.runner.logits(hidden[:, -1])[0]):
             self.batch.join([sequence], state.cache, torch.ones((1, len(prompt)), dtype=torch.long, device=self.runner.device))
+        return True
 
     def _running(self, handle: RequestHandle, cached: int) -> Running:
         request = handle.request
