@@ -23,7 +23,8 @@ from aisql.engine.model.loader import ResolvedModel
 from aisql.errors import DataError
 from aisql.executor.answer_store import AnswerStore
 from aisql.executor.duckdb_errors import file_error
-from aisql.executor.query import QueryResult, RunRequest, explain_script, run_script
+from aisql.executor.explaining import explain_script
+from aisql.executor.query import QueryResult, RunRequest, run_script
 from aisql.planner.explain import Explanation
 from aisql.executor.session import ModelSession
 

@@ -17,7 +17,7 @@ from rich.console import Console
 from aisql.version import __version__
 from aisql.errors import AisqlError, DataError
 
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+from aisql.console import escape as _escape, stderr  # noqa: E402
 
 
 def report_error(err: AisqlError) -> None:
@@ -288,16 +288,11 @@ def run(
     cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, workers, cluster, approximate, embed_model,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
-    from aisql.output import check_output_path, check_text_path, print_csv, print_json, print_json_line, print_table, write_table, write_text_atomically
+    from aisql.output import ResultPrinter
 
     text, query_dir = _query_source(query_file, sql)
-    if output:  # every path written after the run is checked before it: no paid work is lost
-        check_output_path(output)
-    if output_all:
-        Path(output_all).mkdir(parents=True, exist_ok=True)
-        check_text_path(Path(output_all) / "statement_1.parquet", "--output-all")
-    if stats_json:
-        check_text_path(stats_json, "--stats-json")
+    printer = ResultPrinter(fmt, max_rows, output=output, output_all=output_all, stats_json=stats_json, quiet=quiet)
+    printer.check_paths()  # before the run: no paid work is lost to an unwritable path
     options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction)
     if cache_path and no_cache:
         raise AisqlError("give either --cache PATH or --no-cache, not both")
@@ -335,60 +330,7 @@ def run(
         if progress is not None:
             progress.close()
         con.close()
-    stats = result.stats
-    model_note = result.model.note if result.model else None
-    if quiet and model_note:  # --quiet hides notes, never what changes the answers' meaning (quantized weights)
-        model_note = "; ".join(part for part in model_note.split("; ") if "quantiz" in part) or None
-    note = f"model {result.model.name}: {model_note}" if model_note else None
-    approximate_note = _approximate_note(stats)  # never hidden: it changes what the rows mean
-    if approximate_note:
-        note = f"{note}; {approximate_note}" if note else approximate_note
-    table = result.table
-    # The model's note goes wherever its answers go: under a printed table, else to stderr
-    # (never into CSV/JSON data).
-    note_under_table = table is not None and not output and fmt == "table"
-    if table is not None:
-        if output:
-            metadata = {"aisql_model": result.model.name} if result.model else {}
-            if note:
-                metadata["aisql_note"] = note
-            write_table(table, output, metadata)
-        elif len(result.results) > 1:  # several statements returned rows: each in turn, as duckdb prints them
-            for position, (number, rows) in enumerate(result.results):
-                if fmt == "json":
-                    print_json_line({"statement": number, "rows": rows.to_pylist()})
-                    continue
-                if position:
-                    click.echo("")
-                if fmt == "csv":
-                    print_csv(rows)
-                else:
-                    print_table(rows, Console(highlight=False), max_rows=max_rows)
-            if note and fmt == "table":
-                click.echo(f"note: {note}")
-        elif fmt == "csv":
-            print_csv(table)
-        elif fmt == "json":
-            print_json(table)
-        else:
-            print_table(table, Console(highlight=False), max_rows=max_rows)
-            if note:
-                click.echo(f"note: {note}")
-    if output_all:
-        metadata = {"aisql_model": result.model.name} if result.model else {}
-        for number, rows in result.results:
-            write_table(rows, Path(output_all) / f"statement_{number}.parquet", metadata)
-    if not quiet:
-        for line in stats.notes:
-            stderr.print(f"[dim]note: {_escape(line)}[/dim]")
-        _summary(result, output)
-    truncated = stats.totals()["prompts_truncated"]
-    if truncated:
-        stderr.print(f"[yellow]warning: {truncated:,} prompts were cut to fit the model's context (--on-overflow truncate)[/yellow]")
-    if note and not note_under_table:
-        stderr.print(f"[yellow]note: {_escape(note)}[/yellow]")
-    if stats_json:  # last: the result is out even if this fails
-        write_text_atomically(stats_json, stats.to_json() + "\n")
+    printer.emit(result)
 
 
 @main.command()
@@ -436,27 +378,16 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
 def shell(db, read_only, tables, dialect, model, device, dtype, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation, fmt, max_rows, no_cache, debug, embed_model):
     """An interactive session, as `duckdb` with no arguments: statements end at `;`, each runs
     when complete; the model loads once. Piped input runs as a script (exit 1 if a statement failed)."""
-    from aisql.output import print_csv, print_json_line, print_table
+    from aisql.output import ResultPrinter
     from aisql.shell import run_shell
 
     options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction)
     con = _connect(db, tables, None, model=model, engine_options=options, cache=not no_cache, read_only=read_only, embed_model=embed_model)
 
+    printer = ResultPrinter(fmt, max_rows, interactive=True)
+
     def run_one(statement: str) -> None:
-        result = con.run(statement, dialect=dialect)
-        for number, rows in result.results:
-            if fmt == "json":
-                print_json_line({"rows": rows.to_pylist()})
-            elif fmt == "csv":
-                print_csv(rows)
-            else:
-                print_table(rows, Console(highlight=False), max_rows=max_rows)
-        if result.model and result.model.note and result.results and fmt == "table":
-            click.echo(f"note: model {result.model.name}: {result.model.note}")
-        for line in result.stats.notes:
-            stderr.print(f"[dim]note: {_escape(line)}[/dim]")
-        if result.stats.nodes:
-            _summary(result, None)
+        printer.emit(con.run(statement, dialect=dialect))
 
     try:
         code = run_shell(con, run_one, sys.stdin, dialect)
@@ -517,66 +448,6 @@ def _open_cache(path: str | None):
     return SqliteAnswerStore(target)
 
 
-def _approximate_note(stats) -> str | None:
-    """What approximate mode did, per node: the label every output of such a run carries."""
-    parts = []
-    for node in stats.nodes:
-        report = node.approximate
-        if not report:
-            continue
-        targets = report["targets"]
-        if report["fallback_to_exact"]:
-            parts.append(f"{node.node} evaluated exactly (approximate mode fell back: {report['fallback_to_exact']})")
-            continue
-        parts.append(
-            f"APPROXIMATE {node.node}: {report['proxy_answered']:,} of {report['rows']:,} prompts answered by the proxy, "
-            f"{report['llm_answered']:,} by the LLM (targets vs the LLM: recall >= {targets['recall']:g}, precision >= "
-            f"{targets['precision']:g}, probability >= {1 - targets['delta']:g}; sample estimates: recall "
-            f"{report['estimated_recall']}, precision {report['estimated_precision']})"
-        )
-    return "; ".join(parts) or None
-
-
-def _summary(result, output: str | None) -> None:
-    totals = result.stats.totals()
-    rows = "no rows" if result.table is None else f"{result.table.num_rows:,} rows"
-    where = f" written to {output}" if output and result.table is not None else ""
-    parts = [f"{rows}{where}"]
-    if result.stats.nodes:
-        parts.append(
-            f"AI: {totals['prompts_total']:,} prompts, {totals['prompts_unique']:,} unique, "
-            f"{totals['prompts_evaluated']:,} evaluated"
-            + (f", {totals['prompts_cached']:,} from the result cache" if totals["prompts_cached"] else "")
-        )
-        parts.append(f"tokens computed {totals['computed_tokens']:,} of {totals['logical_tokens']:,} logical")
-        if totals["kv_hit_tokens"]:
-            parts.append(f"{totals['kv_hit_tokens']:,} from the prefix cache")
-        if totals["draft_tokens"]:
-            parts.append(
-                f"speculation accepted {totals['draft_accepted_tokens']:,}/{totals['draft_tokens']:,} drafted tokens"
-            )
-    parts.append(f"{result.stats.wall_s:.2f} s")
-    if result.model:
-        if result.model.device:
-            where = f"on {result.model.device}"
-        elif any(n.prompts_total for n in result.stats.nodes if n.model_kind == "llm"):
-            where = "(not loaded: all answers cached)"
-        else:
-            where = "(not loaded: no prompt to answer)"
-        parts.append(f"model {result.model.name} {where}")
-    if result.stats.embed_model:
-        parts.append(f"embed model {result.stats.embed_model}")
-    stderr.print("[dim]" + _escape(" · ".join(parts)) + "[/dim]")
-    workers = result.stats.workers()
-    if workers:
-        each = ", ".join(
-            f"{name} {w['prompts']:,} prompts / {w['computed_tokens']:,} tokens / busy {w['busy_s']:.2f} s" for name, w in workers.items()
-        )
-        recompute = sum(n.prefix_recompute_tokens for n in result.stats.nodes)
-        deaths = "".join(f" · {w['name']} died {w['deaths']}x (its shards went to others; replaced)" for w in result.stats.worker_pool if w["deaths"])
-        stderr.print("[dim]" + _escape(f"workers: {each} · prefix tokens computed on more than one worker: {recompute:,}{deaths}") + "[/dim]")
-
-
 @main.command()
 @_apply(_engine)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on (0.0.0.0 for all).")
@@ -626,10 +497,6 @@ def serve(
     auth = f", {len(api_keys)} API key(s), cache {server.cache_isolation}" if api_keys else ""
     stderr.print(f"serving [bold]{_escape(name)}[/bold] on {engine.info.device} at http://{host}:{bound}/v1{auth} (Ctrl+C stops)")
     http.run(sockets=[sock])
-
-
-def _escape(text: str) -> str:
-    return text.replace("[", r"\[")
 
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}

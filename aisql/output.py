@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 import shutil
 import sys
 import tempfile
@@ -18,6 +19,7 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
+from aisql.console import escape, stderr
 from aisql.errors import DataError
 
 FILE_FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json"}
@@ -157,3 +159,180 @@ def _literal(value: str) -> str:
 
 def _escape(text: str) -> str:
     return text.replace("[", r"\[")
+
+
+# ---- a run's result out: rows, notes, summary ---------------------------------------------------
+@dataclass
+class ResultPrinter:
+    """How `aisql run` and `aisql shell` put a result out, in one place: rows on stdout (a table,
+    CSV or JSON) or into files, the model's note and approximate mode's label beside the rows
+    (never inside CSV/JSON data), the run's notes, summary and warnings on stderr.
+
+    `interactive` (the shell): one statement at a time — only statements that return rows are
+    printed (JSON: one `{"rows": ...}` line each), and the summary only when AI calls ran."""
+
+    fmt: str = "table"  # table | csv | json
+    max_rows: int = 50
+    output: str | None = None  # one file for the last result
+    output_all: str | None = None  # a directory: every result as statement_N.parquet
+    stats_json: str | None = None
+    quiet: bool = False
+    interactive: bool = False
+
+    def check_paths(self) -> None:
+        """Every path written after the run is checked before it: no paid work is lost."""
+        if self.output:
+            check_output_path(self.output)
+        if self.output_all:
+            Path(self.output_all).mkdir(parents=True, exist_ok=True)
+            check_text_path(Path(self.output_all) / "statement_1.parquet", "--output-all")
+        if self.stats_json:
+            check_text_path(self.stats_json, "--stats-json")
+
+    def emit(self, result) -> None:
+        """Rows, notes and summary of one run (an aisql.executor.query.QueryResult)."""
+        if self.interactive:
+            self._emit_statements(result)
+            return
+        fmt, table, stats = self.fmt, result.table, result.stats
+        note = run_note(result, self.quiet)
+        metadata = {"aisql_model": result.model.name} if result.model else {}
+        if note:
+            metadata["aisql_note"] = note  # files carry the label as printed rows do
+        # The note goes wherever the answers go: under a printed table, else to stderr (never
+        # into CSV/JSON data).
+        note_under_table = table is not None and not self.output and fmt == "table"
+        if table is not None:
+            if self.output:
+                write_table(table, self.output, metadata)
+            elif len(result.results) > 1:  # several statements returned rows: each in turn, as duckdb prints them
+                for position, (number, rows) in enumerate(result.results):
+                    if fmt == "json":
+                        print_json_line({"statement": number, "rows": rows.to_pylist()})
+                        continue
+                    if position:
+                        print()
+                    if fmt == "csv":
+                        print_csv(rows)
+                    else:
+                        print_table(rows, Console(highlight=False), max_rows=self.max_rows)
+            elif fmt == "csv":
+                print_csv(table)
+            elif fmt == "json":
+                print_json(table)
+            else:
+                print_table(table, Console(highlight=False), max_rows=self.max_rows)
+            if note and note_under_table:
+                print(f"note: {note}")
+        if self.output_all:
+            for number, rows in result.results:
+                write_table(rows, Path(self.output_all) / f"statement_{number}.parquet", metadata)
+        if not self.quiet:
+            for line in stats.notes:
+                stderr.print(f"[dim]note: {escape(line)}[/dim]")
+            print_summary(result, self.output)
+        _warn_truncated(stats)
+        if note and not note_under_table:
+            stderr.print(f"[yellow]note: {escape(note)}[/yellow]")
+        if self.stats_json:  # last: the result is out even if this fails
+            write_text_atomically(self.stats_json, stats.to_json() + "\n")
+
+    def _emit_statements(self, result) -> None:
+        note = run_note(result, self.quiet)
+        for _, rows in result.results:
+            if self.fmt == "json":
+                print_json_line({"rows": rows.to_pylist()})
+            elif self.fmt == "csv":
+                print_csv(rows)
+            else:
+                print_table(rows, Console(highlight=False), max_rows=self.max_rows)
+        note_under_table = bool(result.results) and self.fmt == "table"
+        if note and note_under_table:
+            print(f"note: {note}")
+        for line in result.stats.notes:
+            stderr.print(f"[dim]note: {escape(line)}[/dim]")
+        if result.stats.nodes:
+            print_summary(result, None)
+        _warn_truncated(result.stats)
+        if note and not note_under_table:
+            stderr.print(f"[yellow]note: {escape(note)}[/yellow]")
+
+
+def run_note(result, quiet: bool = False) -> str | None:
+    """What every output of the run must carry beside its rows: the model's note (a test model,
+    quantized weights; --quiet keeps only what changes the answers' meaning) and approximate
+    mode's label (never hidden: it changes what the rows mean)."""
+    model_note = result.model.note if result.model else None
+    if quiet and model_note:
+        model_note = "; ".join(part for part in model_note.split("; ") if "quantiz" in part) or None
+    note = f"model {result.model.name}: {model_note}" if model_note else None
+    approximate = approximate_note(result.stats)
+    if approximate:
+        note = f"{note}; {approximate}" if note else approximate
+    return note
+
+
+def _warn_truncated(stats) -> None:
+    truncated = stats.totals()["prompts_truncated"]
+    if truncated:
+        stderr.print(f"[yellow]warning: {truncated:,} prompts were cut to fit the model's context (--on-overflow truncate)[/yellow]")
+
+
+def approximate_note(stats) -> str | None:
+    """What approximate mode did, per node: the label every output of such a run carries."""
+    parts = []
+    for node in stats.nodes:
+        report = node.approximate
+        if not report:
+            continue
+        targets = report["targets"]
+        if report["fallback_to_exact"]:
+            parts.append(f"{node.node} evaluated exactly (approximate mode fell back: {report['fallback_to_exact']})")
+            continue
+        parts.append(
+            f"APPROXIMATE {node.node}: {report['proxy_answered']:,} of {report['rows']:,} prompts answered by the proxy, "
+            f"{report['llm_answered']:,} by the LLM (targets vs the LLM: recall >= {targets['recall']:g}, precision >= "
+            f"{targets['precision']:g}, probability >= {1 - targets['delta']:g}; sample estimates: recall "
+            f"{report['estimated_recall']}, precision {report['estimated_precision']})"
+        )
+    return "; ".join(parts) or None
+
+
+def print_summary(result, output: str | None) -> None:
+    totals = result.stats.totals()
+    rows = "no rows" if result.table is None else f"{result.table.num_rows:,} rows"
+    where = f" written to {output}" if output and result.table is not None else ""
+    parts = [f"{rows}{where}"]
+    if result.stats.nodes:
+        parts.append(
+            f"AI: {totals['prompts_total']:,} prompts, {totals['prompts_unique']:,} unique, "
+            f"{totals['prompts_evaluated']:,} evaluated"
+            + (f", {totals['prompts_cached']:,} from the result cache" if totals["prompts_cached"] else "")
+        )
+        parts.append(f"tokens computed {totals['computed_tokens']:,} of {totals['logical_tokens']:,} logical")
+        if totals["kv_hit_tokens"]:
+            parts.append(f"{totals['kv_hit_tokens']:,} from the prefix cache")
+        if totals["draft_tokens"]:
+            parts.append(
+                f"speculation accepted {totals['draft_accepted_tokens']:,}/{totals['draft_tokens']:,} drafted tokens"
+            )
+    parts.append(f"{result.stats.wall_s:.2f} s")
+    if result.model:
+        if result.model.device:
+            where = f"on {result.model.device}"
+        elif any(n.prompts_total for n in result.stats.nodes if n.model_kind == "llm"):
+            where = "(not loaded: all answers cached)"
+        else:
+            where = "(not loaded: no prompt to answer)"
+        parts.append(f"model {result.model.name} {where}")
+    if result.stats.embed_model:
+        parts.append(f"embed model {result.stats.embed_model}")
+    stderr.print("[dim]" + escape(" · ".join(parts)) + "[/dim]")
+    workers = result.stats.workers()
+    if workers:
+        each = ", ".join(
+            f"{name} {w['prompts']:,} prompts / {w['computed_tokens']:,} tokens / busy {w['busy_s']:.2f} s" for name, w in workers.items()
+        )
+        recompute = sum(n.prefix_recompute_tokens for n in result.stats.nodes)
+        deaths = "".join(f" · {w['name']} died {w['deaths']}x (its shards went to others; replaced)" for w in result.stats.worker_pool if w["deaths"])
+        stderr.print("[dim]" + escape(f"workers: {each} · prefix tokens computed on more than one worker: {recompute:,}{deaths}") + "[/dim]")

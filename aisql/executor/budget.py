@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from aisql.errors import AisqlError
+
+if TYPE_CHECKING:
+    from aisql.planner.hardware import Hardware
+    from aisql.planner.plan import Plan
 
 
 class BudgetExceeded(AisqlError):
@@ -75,3 +81,29 @@ class Budget:
 
 def _usd(amount: float) -> str:
     return f"${amount:,.4f}" if amount == 0 or amount >= 1e-4 else f"${amount:.1e}"
+
+
+def check_plan(plan: "Plan", stats, session, profile: "Hardware", budget: Budget, where: str) -> None:
+    """The planner's estimate of new work — its prompts less the share a sample finds in the
+    result cache — must fit what is left of the budget."""
+    from aisql.planner.cost import estimate_plan
+
+    estimate = estimate_plan(plan, stats, profile)
+    prompts = usd = 0.0
+    for node in plan.nodes:
+        node_estimate = estimate.node(node.id)
+        if node_estimate is None or node_estimate.quality != "estimate":
+            continue
+        new_share = 1.0 - _cached_share(node, stats, session)
+        prompts += node_estimate.plan.prompts * new_share
+        usd += node_estimate.plan.usd * new_share
+    budget.check_estimate(prompts, usd, where)
+
+
+def _cached_share(node, stats, session, size: int = 64) -> float:
+    sample = stats.sample(node, size)
+    if not sample:
+        return 0.0
+    texts = [node.call.template.render(values) for values, _ in sample]
+    found = session.store.get_many(node.call.task.store_key(session.fingerprint()), texts)
+    return len(found) / len(texts)

@@ -12,6 +12,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aisql.planner.hardware import Hardware
 
 MIN_TOKENS = 500
 
@@ -74,3 +78,24 @@ def record(fingerprint: str, mode: str, tokens: int, seconds: float, load_s: flo
     from aisql.paths import save_cache_file
 
     save_cache_file(path, json.dumps(data, indent=1))
+
+
+def calibrated(profile: "Hardware", measured: "Measured | None") -> "Hardware":
+    """The profile with this model's measured speed from earlier runs, when there is one."""
+    if measured is None or measured.planned_tokens_per_s is None:
+        return profile
+    import dataclasses
+
+    return dataclasses.replace(profile, planned_tokens_per_s=measured.planned_tokens_per_s, naive_tokens_per_s=measured.naive_tokens_per_s)
+
+
+def measured_here(profile: "Hardware", session) -> "Measured | None":
+    """Runs measured this machine: they price its own profile only, never a GPU profile."""
+    return lookup(session.fingerprint()) if profile.name == session.default_hardware() else None
+
+
+def remember(session, nodes, mode: str) -> None:
+    """A run's speed on this machine (its LLM nodes' computed tokens over their time)."""
+    tokens = sum(n.computed_tokens for n in nodes)
+    seconds = sum(n.wall_s for n in nodes)
+    record(session.fingerprint(), mode, tokens, seconds, load_s=session.load_s)
