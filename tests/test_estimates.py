@@ -33,3 +33,29 @@ def test_explain_is_calibrated_by_a_run(tmp_path, monkeypatch, tiny_engine):
     assert abs(after.hardware.planned_tokens_per_s - measured) / measured < 0.01
     estimate = after.estimates[0].nodes[0]
     assert estimate.plan.time_s == estimate.plan.tokens / after.hardware.planned_tokens_per_s
+
+
+def test_explain_counts_a_small_nodes_prefix_tree_exactly(make_connection, tiny_engine, monkeypatch):
+    """A node whose distinct prompts tokenize in about a second is counted token by token: explain's
+    planned tokens equal what a cold engine computes — a join, classification with multi-token
+    labels, two nodes sharing a prefix — and the sample-based model is what a node too big for
+    the budget (or whose input depends on another node's answers) falls back to."""
+    from aisql.executor import measured_statistics
+
+    queries = [
+        "SELECT c.id, p.id FROM customers c JOIN products p ON AI.IF(PROMPT('{c.profile} might buy this: {p.description}')) WHERE c.id <= 12",
+        "SELECT AI.CLASSIFY(PROMPT('Which kind of product is this? {description}'), ['kitchen gadget', 'outdoor gear', 'other']) AS k FROM products",
+        # two nodes sharing "{name} from {country}": the second pays only what the first did not compute
+        "SELECT id, AI.IF(PROMPT('{name} from {country} likes it: {hobby}')) AS a, AI.IF(PROMPT('{name} from {country} is happy')) AS b FROM people",
+    ]
+    for sql in queries:
+        con = make_connection()
+        estimate = con.explain(sql).estimates[0]
+        assert all("counted exactly" in node.reason for node in estimate.nodes), [n.reason for n in estimate.nodes]
+        tiny_engine.reset_cache()
+        measured = con.run(sql).stats.totals()["computed_tokens"]
+        assert sum(node.plan.tokens for node in estimate.nodes) == measured, sql
+
+    monkeypatch.setattr(measured_statistics, "EXACT_SECONDS", 0.0)  # nothing is cheap enough: estimated from a sample
+    estimate = make_connection().explain(queries[0]).estimates[0]
+    assert not any("counted exactly" in node.reason for node in estimate.nodes)

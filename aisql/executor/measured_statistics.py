@@ -9,16 +9,20 @@ its input (the answers go to the answer store, so the run reuses them), else a d
 from __future__ import annotations
 
 import re
+import time
 from contextlib import contextmanager
 from typing import Callable
 
 import duckdb
 
 from aisql.engine.base import ModelFacts
+from aisql.executor.request_kinds import kind_of
 from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN, AINode
 from aisql.planner.statistics import DEFAULT_SELECTIVITY, GroupsProfile, InputProfile, Selectivity, TextsProfile, TokenProfile
 
 TOKEN_SAMPLE = 48
+EXACT_SECONDS = 1.0  # explain tokenizes a node's every distinct prompt when that takes about this long or less
+TIMING_PROMPTS = 64  # prompts tokenized to measure how long the rest would take
 SELECTIVITY_SAMPLE = 32
 
 # (node, sampled argument tuples) -> the node's SQL value per tuple, or None if it may not sample
@@ -47,6 +51,7 @@ class MeasuredStatistics:
         self._inputs: dict[str, InputProfile | None] = {}
         self._why_unknown: dict[str, str] = {}
         self._tokens: dict[str, TokenProfile | None] = {}
+        self._sequences: dict[str, list[tuple[int, ...]] | None] = {}
         self._selectivity: dict[str, Selectivity] = {}
         self._distinct: dict[tuple, int | None] = {}
         self._embedding_model = embedding_model  # () -> EmbeddingModelRef (its tokenizer counts tokens)
@@ -250,6 +255,39 @@ class MeasuredStatistics:
             output_tokens=output,
             sampled=len(sample or []),
         )
+
+    def token_sequences(self, node: AINode) -> list[tuple[int, ...]] | None:
+        """Every distinct prompt of the node's AI-free input as the sequences the engine runs
+        (prompt, or prompt + each label's tail when scoring), when tokenizing them all takes
+        about EXACT_SECONDS or less — measured on the first TIMING_PROMPTS with this model's
+        tokenizer, on this machine; else None (the cost model then estimates from a sample).
+        DuckDB counts the distinct prompts first: nothing is rendered for a node too big."""
+        if node.id not in self._sequences:
+            self._sequences[node.id] = self._exact_sequences(node)
+        return self._sequences[node.id]
+
+    def _exact_sequences(self, node: AINode) -> list[tuple[int, ...]] | None:
+        profile = self.input_profile(node)
+        if profile is None or self.facts is None or not profile.unique or self.token_profile(node) is None:
+            return None
+        head = self.sample(node, min(int(profile.unique), TIMING_PROMPTS))
+        if not head:
+            return None
+        task = node.call.task
+        fmt = self.facts.format
+        started = time.perf_counter()
+        ids = fmt.encode_prompts(task.framing, [node.call.template.render(values) for values, _ in head])
+        per_prompt = (time.perf_counter() - started) / len(head)
+        if profile.unique * per_prompt > EXACT_SECONDS:
+            return None
+        if profile.unique > len(head):
+            rows = self.sample(node, int(profile.unique))
+            if rows is None:
+                return None
+            ids = fmt.encode_prompts(task.framing, [node.call.template.render(values) for values, _ in rows])
+        tails = [tuple(self.facts.encode_label(label, task.framing))[:-1] for label in task.labels] if kind_of(task).labels else []
+        tails = list(dict.fromkeys(tails)) or [()]
+        return [tuple(prompt) + tail for prompt in ids for tail in tails]
 
     @staticmethod
     def _leading_growth(fmt, before: str, template, sample, shared: int) -> tuple[int, float, float]:

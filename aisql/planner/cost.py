@@ -23,6 +23,7 @@ from dataclasses import asdict, astuple, dataclass, field
 from aisql.functions import Request
 from aisql.planner.hardware import Hardware
 from aisql.planner.plan import AINode, NodeRole, Plan, Strategy
+from aisql.planner.prefix_tree import PrefixTrie
 from aisql.planner.reduction import packing_capacity, reduction_plan
 from aisql.planner.statistics import InputProfile, ModelProfile, Selectivity, Statistics, TokenProfile
 
@@ -169,8 +170,9 @@ def shrink(profile: InputProfile, factor: float) -> tuple[float, ...]:
 def estimate_plan(plan: Plan, stats: Statistics, hardware: Hardware) -> PlanEstimate:
     estimate = PlanEstimate(hardware=hardware, model=stats.model)
     cached_leading: dict[tuple, float] = {}  # leading key -> first-argument values in the cache
+    counted = PrefixTrie()  # the exactly counted nodes' sequences: what a fresh engine's cache holds after them
     for position, node in enumerate(plan.nodes):
-        estimate.nodes.append(_estimate_node(plan, position, node, stats, hardware, cached_leading))
+        estimate.nodes.append(_estimate_node(plan, position, node, stats, hardware, cached_leading, counted))
     return estimate
 
 
@@ -249,16 +251,18 @@ def _estimate_aggregate(node: AINode, stats: Statistics, hardware: Hardware) -> 
     )
 
 
-def _estimate_node(plan, position, node, stats, hardware, cached_leading) -> NodeEstimate:
+def _estimate_node(plan, position, node, stats, hardware, cached_leading, counted) -> NodeEstimate:
     estimator = ESTIMATORS.get(node.call.function.request)
     if estimator is not None:
         return estimator(node, stats, hardware)
-    return _estimate_prompts(plan, position, node, stats, hardware, cached_leading)
+    return _estimate_prompts(plan, position, node, stats, hardware, cached_leading, counted)
 
 
-def _estimate_prompts(plan, position, node, stats, hardware, cached_leading) -> NodeEstimate:
+def _estimate_prompts(plan, position, node, stats, hardware, cached_leading, counted: PrefixTrie) -> NodeEstimate:
     """A node of LLM prompts (SCORE or GENERATE): the prefix-tree segment model, earlier nodes'
-    reductions, a LIMIT's early stop, leading parts another node already computed."""
+    reductions, a LIMIT's early stop, leading parts another node already computed. Where every
+    prompt of the node is known (no earlier AI answer filters its input, no LIMIT stops it) and
+    few enough to tokenize in about a second, their prefix tree is counted exactly instead."""
     profile = stats.input_profile(node)
     tokens = stats.token_profile(node)
     if profile is None:
@@ -287,6 +291,10 @@ def _estimate_prompts(plan, position, node, stats, hardware, cached_leading) -> 
     total = profile.prompts_total * factor
     per_prompt = tokens.prompt_tokens + tokens.label_tails
     planned_tokens = computed_tokens(tokens, distinct, shared_paid, leading)
+    sequences = getattr(stats, "token_sequences", lambda _: None)(node) if factor == 1.0 and node.stop_after is None else None
+    exact = sequences is not None
+    if exact:
+        planned_tokens = counted.insert_all(sequences) + decode_tokens(tokens, unique)
     naive_tokens = total * per_prompt + decode_tokens(tokens, total)
     model = stats.model
     plan_side = _side(unique, planned_tokens, _plan_flops(tokens, distinct, unique, shared_paid, model), hardware, model, tokens, batched=True)
@@ -303,6 +311,7 @@ def _estimate_prompts(plan, position, node, stats, hardware, cached_leading) -> 
         computed_without_prefix_cache=unique * per_prompt + decode_tokens(tokens, unique),
         plan=plan_side,
         naive=naive_side,
+        reason=f"prompt tokens counted exactly ({len(sequences):,} token sequences)" if exact else "",
     )
 
 

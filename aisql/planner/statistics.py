@@ -105,3 +105,9 @@ class Statistics(Protocol):
 
     def distinct(self, node: AINode, tables: frozenset[str]) -> int | None:
         """Distinct values of the node's arguments that read only `tables` (for join fan-out)."""
+
+    # Optional (a statistics object without it is asked nothing): every distinct prompt of the
+    # node's AI-free input as the token sequences the engine runs — the prompt, or the prompt and
+    # each label's tail when scoring —, when few enough to tokenize in about a second; else None.
+    # The cost model then counts their prefix tree exactly instead of estimating it.
+    # def token_sequences(self, node: AINode) -> list[tuple[int, ...]] | None
