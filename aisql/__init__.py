@@ -10,8 +10,9 @@ what they need.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from aisql.lazy import lazy_exports
 
 from aisql.version import __version__
 
@@ -31,10 +32,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from aisql.errors import AisqlError
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'aisql' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("aisql", _EXPORTS, globals())

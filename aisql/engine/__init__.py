@@ -7,8 +7,9 @@ front end through `aisql.functions` — never imports model-loading code.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from aisql.lazy import lazy_exports
 
 from aisql.engine.base import (
     Engine,
@@ -39,10 +40,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'aisql.engine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("aisql.engine", _LAZY, globals())

@@ -77,11 +77,9 @@ def bind_statement(
         calls.append(call)
     for node in ast.walk():
         if is_prompt_call(node):
-            line, col = source.position_of(node)
             raise BindError(
                 "PROMPT(...) can only be used as the prompt argument of an AI function",
-                line=line,
-                col=col,
+                **source.at(node),
                 hint="e.g. AI.IF(PROMPT('... {column} ...'))",
             )
     for select, index, name in names:
@@ -192,24 +190,20 @@ def _bind_prompt_parts(spelling: str, prompt: exp.Tuple, source: SourceText):
         elif isinstance(item, exp.Array) and all(isinstance(x, exp.Literal) and x.is_string for x in item.expressions):
             pieces.extend(x.this for x in item.expressions)
         elif isinstance(item, (exp.Array, exp.Struct, exp.Tuple)) or (isinstance(item, exp.Literal) and not item.is_string):
-            line, col = source.position_of(item)
             raise BindError(
                 f"{spelling}: a prompt part must be a string or a column, got {item.sql(dialect='duckdb')}",
-                line=line,
-                col=col,
+                **source.at(item),
                 hint="e.g. ('Is this review positive? ', r.review)",
             )
         else:
             nested = next((n for n in item.walk() if is_prompt_call(n)), None)
             if nested is not None:
-                line, col = source.position_of(nested)
-                raise BindError(f"{spelling}: PROMPT(...) cannot be part of a prompt tuple", line=line, col=col)
+                raise BindError(f"{spelling}: PROMPT(...) cannot be part of a prompt tuple", **source.at(nested))
             pieces.append(None)
             args.append(item)
             positions.append(source.position_of(item))
     if not args and not "".join(p for p in pieces if p).strip():
-        line, col = source.position_of(prompt)
-        raise BindError(f"{spelling}: the prompt is empty", line=line, col=col)
+        raise BindError(f"{spelling}: the prompt is empty", **source.at(prompt))
     return from_parts(pieces), tuple(args), tuple(positions)
 
 
@@ -220,21 +214,17 @@ def _bind_prompt(prompt: exp.Anonymous, source: SourceText, scopes: QueryScopes)
     literal, *extra = prompt.expressions
     text = _template_text(literal)
     if text is not None and not text.strip():
-        line, col = source.position_of(literal)
-        raise TemplateError("the PROMPT template is empty", line=line, col=col, hint="e.g. PROMPT('Is {title} a comedy?')")
+        raise TemplateError("the PROMPT template is empty", **source.at(literal), hint="e.g. PROMPT('Is {title} a comedy?')")
     if text is None:
-        line, col = source.position_of(literal)
         raise TemplateError(
             f"the PROMPT template must be a string literal, got {literal.sql(dialect='duckdb')}",
-            line=line,
-            col=col,
+            **source.at(literal),
             hint="to build a prompt from an expression, pass the expression itself: AI.IF('Is ' || title || ' a comedy?')",
         )
     try:
         template = parse_template(text)
     except TemplateError as err:
-        line, col = source.position_of(literal)
-        raise TemplateError(err.message, line=line, col=col, hint=err.hint) from None
+        raise TemplateError(err.message, **source.at(literal), hint=err.hint) from None
 
     args: list[exp.Expression] = []
     positions: list[tuple[int | None, int | None]] = []
@@ -256,17 +246,14 @@ def _bind_prompt(prompt: exp.Anonymous, source: SourceText, scopes: QueryScopes)
             positions.append(pos)
     unused = [i for i in range(len(extra)) if i not in used_positional]
     if unused:
-        line, col = source.position_of(extra[unused[0]])
         raise TemplateError(
             f"PROMPT argument {{{unused[0]}}} is not used by the template {text!r}",
-            line=line,
-            col=col,
+            **source.at(extra[unused[0]]),
         )
     for arg in extra:
         nested = next((n for n in arg.walk() if is_prompt_call(n)), None)
         if nested is not None:
-            line, col = source.position_of(nested)
-            raise TemplateError("PROMPT(...) cannot be an argument of PROMPT", line=line, col=col)
+            raise TemplateError("PROMPT(...) cannot be an argument of PROMPT", **source.at(nested))
     return template, tuple(args), tuple(positions)
 
 

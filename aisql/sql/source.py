@@ -41,6 +41,11 @@ class SourceText:
             return None, None
         return self.line_col(start)
 
+    def at(self, node: exp.Expression) -> dict[str, int | None]:
+        """`node`'s position as an error's keyword arguments: `raise BindError(msg, **source.at(node))`."""
+        line, col = self.position_of(node)
+        return {"line": line, "col": col}
+
 
 def node_start(node: exp.Expression) -> int | None:
     """Smallest token start offset recorded on `node` or its descendants (sqlglot keeps them in meta)."""

@@ -151,13 +151,7 @@ class HFEngine(EncodesPrompts):
             first[b, : len(r.label_ids)] = torch.tensor([label[0] for label in r.label_ids], device=self.device)
         first_logits = self.runner.label_logits(last, first)
         tails = self._score_tails(requests, out) if needs_tail else {}
-        scores = []
-        for b, r in enumerate(requests):
-            values = first_logits[b, : len(r.label_ids)].double().clone()
-            for k in range(len(r.label_ids)):
-                values[k] += tails.get((b, k), 0.0)
-            scores.append(LabelScores(tuple(torch.log_softmax(values, dim=0).tolist())))
-        return scores
+        return _label_scores(requests, first_logits, tails)
 
     def _score_flat(self, batch: list[Work], requests: list[ScoreRequest], reuse: bool) -> list[LabelScores]:
         """One flattened pass: every request's tokens, and the tails of its multi-token labels as
@@ -186,13 +180,7 @@ class HFEngine(EncodesPrompts):
                 steps = torch.arange(row, row + len(targets), device=self.device)
                 tail_scores[(b, k)] = float(logprobs[steps, torch.tensor(targets, device=self.device)].double().sum())
                 row += len(targets)
-        scores = []
-        for b, r in enumerate(requests):
-            values = first_logits[b, : len(r.label_ids)].double().clone()
-            for k in range(len(r.label_ids)):
-                values[k] += tail_scores.get((b, k), 0.0)
-            scores.append(LabelScores(tuple(torch.log_softmax(values, dim=0).tolist())))
-        return scores
+        return _label_scores(requests, first_logits, tail_scores)
 
     def _score_tails(self, requests: list[ScoreRequest], out: BatchOutput) -> dict[tuple[int, int], float]:
         """log P(label[1:] | prompt, label[0]) for labels longer than one token, from the batch cache."""
@@ -464,3 +452,16 @@ def _stop_ids(model, tokenizer) -> frozenset[int]:
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
     return frozenset(ids)
+
+
+def _label_scores(requests: Sequence[ScoreRequest], first_logits: torch.Tensor, tails: dict[tuple[int, int], float]) -> list[LabelScores]:
+    """Each request's label log-likelihoods normalised over its labels: the first token's logit
+    plus the log-probability of the label's later tokens (`tails[(request, label)]`, 0 for a
+    one-token label), log-softmaxed in float64 — one rule for the padded and flattened passes."""
+    scores = []
+    for b, r in enumerate(requests):
+        values = first_logits[b, : len(r.label_ids)].double().clone()
+        for k in range(len(r.label_ids)):
+            values[k] += tails.get((b, k), 0.0)
+        scores.append(LabelScores(tuple(torch.log_softmax(values, dim=0).tolist())))
+    return scores
