@@ -159,8 +159,7 @@ class Answering:
             if model.pool is not None:  # shards over its workers
                 from aisql.executor.sharded import evaluate_sharded
 
-                evaluate_sharded(model, task, items, store=self.store, key=key, options=options, counts=done, known=known, node_id=node_id)
-                return done
+                return evaluate_sharded(self, model, task, items, key=key, known=known, node_id=node_id)
             size = max(1, options.checkpoint_every)
             position = 0
             while position < len(items):
@@ -186,7 +185,7 @@ class Answering:
                 rate = len(chunk) / max(elapsed, 1e-6)
                 size = max(1, min(options.checkpoint_every, int(rate * options.checkpoint_seconds)))
         except BudgetExceeded as stop:
-            stop.counts = done
+            stop.counts = done + stop.counts  # the pool's own counts, when it stopped
             raise
         finally:
             options.progress.finish(node_id)

@@ -10,30 +10,27 @@ shards in flight never add up past --max-prompts.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from aisql.executor.answer_store import Answer, AnswerStore
+from aisql.executor.answer_store import Answer
 from aisql.executor.cluster.engine import ClusterEngine
+from aisql.executor.cluster.shard_plan import Group, ShardCutter
 from aisql.executor.cluster.shards import prefix_groups
 from aisql.executor.evaluate import Prepared
 from aisql.functions import Task
-from aisql.executor.cluster.shard_plan import Group, ShardCutter
+
+if TYPE_CHECKING:
+    from aisql.executor.answering import AnswerCounts, Answering
 
 
 def evaluate_sharded(
-    cluster: ClusterEngine,
-    task: Task,
-    items: Sequence[Prepared],
-    *,
-    store: AnswerStore,
-    key: str,
-    options,
-    counts,
-    known: dict[str, Answer],
-    node_id: str,
-) -> None:
-    """Answers of `items` into `known` and `store`; counts (per worker too) into `counts` (an
-    aisql.executor.answering.AnswerCounts, which a budget stop carries)."""
+    answering: "Answering", cluster: ClusterEngine, task: Task, items: Sequence[Prepared], *, key: str, known: dict[str, Answer], node_id: str
+) -> "AnswerCounts":
+    """Answers of `items` into `known` and the run's store; returns the counts (per worker too),
+    which a budget stop carries."""
+    from aisql.executor.answering import AnswerCounts
+
+    store, options, counts = answering.store, answering.options, AnswerCounts()
     groups = prefix_groups(items, task, cluster.workers, cluster.ledger)
     cutter = ShardCutter(groups, cluster.workers, options.checkpoint_every)
     budget = options.budget
@@ -92,4 +89,7 @@ def evaluate_sharded(
 
     cluster.pool.run_shards(task, next_shard, put_back, on_result)
     if stopped and cutter:
-        raise budget.stopped()
+        stop = budget.stopped()
+        stop.counts = counts
+        raise stop
+    return counts
