@@ -42,6 +42,7 @@ def test_run_main_example_prints_table_and_note():
     assert "rows" in result.stderr and "prompts" in result.stderr  # the summary goes to stderr
 
 
+@pytest.mark.slow
 def test_run_from_another_directory_resolves_paths_next_to_the_query(tmp_path):
     result = run_cli("run", HOT_LEADS, "--model", "tiny", "--format", "csv", cwd=tmp_path)
     assert result.exit_code == 0, result.output

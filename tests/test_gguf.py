@@ -35,6 +35,7 @@ def test_a_gguf_file_answers_as_its_source_model(tiny_gguf, tiny_engine):
     assert engine.info.fingerprint.startswith("gguf-") and engine.info.fingerprint != tiny_engine.info.fingerprint
 
 
+@pytest.mark.slow
 def test_conversion_happens_once_and_the_cli_runs_on_it(tiny_gguf):
     query = "SELECT name FROM 'data/customers.csv' WHERE id <= 5 AND AI.IF(PROMPT('{profile} likes tea')) ORDER BY name"
     first = run_cli("run", "-e", query, "--model", str(tiny_gguf), "--format", "csv", cwd=EXAMPLES)

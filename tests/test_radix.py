@@ -6,6 +6,7 @@ content: the KV read back for a prefix must spell exactly that prefix.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -199,9 +200,18 @@ def test_reuse_counts_have_one_writer():
     assert writers == {"engine/kv/radix.py"}
 
 
-def test_the_eviction_policy_is_an_engine_option():
-    from aisql.engine import EngineOptions, load_engine
+def test_the_eviction_policy_is_an_engine_choice(tiny_engine):
+    from aisql.engine.backends.hf import HFEngine
     from aisql.engine.kv.eviction import ExpectedReuse, LeastRecentlyUsed
 
+    assert isinstance(tiny_engine.radix.policy, ExpectedReuse)  # the default
+    engine = HFEngine(tiny_engine.model, tiny_engine.tokenizer, tiny_engine.info, eviction="lru")
+    assert isinstance(engine.radix.policy, LeastRecentlyUsed)
+
+
+@pytest.mark.slow
+def test_the_eviction_policy_reaches_the_engine_from_its_options():
+    from aisql.engine import EngineOptions, load_engine
+    from aisql.engine.kv.eviction import LeastRecentlyUsed
+
     assert isinstance(load_engine("tiny", EngineOptions(kv_eviction="lru")).radix.policy, LeastRecentlyUsed)
-    assert isinstance(load_engine("tiny").radix.policy, ExpectedReuse)

@@ -246,6 +246,7 @@ def test_progress_bar_draws_on_its_own_console():
 # ---- CLI ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cache_commands(tmp_path: Path, monkeypatch):
     cache = tmp_path / "answers.sqlite"
     monkeypatch.chdir(EXAMPLES)
