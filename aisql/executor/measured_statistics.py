@@ -281,10 +281,11 @@ class MeasuredStatistics:
         if profile.unique * per_prompt > EXACT_SECONDS:
             return None
         if profile.unique > len(head):
-            rows = self.sample(node, int(profile.unique))
+            rows = self.sample(node, int(profile.unique))  # the same order: its first rows are `head`
             if rows is None:
                 return None
-            ids = fmt.encode_prompts(task.framing, [node.call.template.render(values) for values, _ in rows])
+            rest = rows[len(head) :]
+            ids = ids + fmt.encode_prompts(task.framing, [node.call.template.render(values) for values, _ in rest])
         tails = [tuple(self.facts.encode_label(label, task.framing))[:-1] for label in task.labels] if kind_of(task).labels else []
         tails = list(dict.fromkeys(tails)) or [()]
         return [tuple(prompt) + tail for prompt in ids for tail in tails]
