@@ -26,10 +26,6 @@ class Work:
     chain: list[RadixNode] | None = None  # leaf work: its path; shared work: None
     reuse: bool = True
 
-    def offset_of(self, node: RadixNode) -> int:
-        """Where `node`'s tokens start among the row's new tokens."""
-        return node.start - self.row.prefix_len
-
 
 PAD_SLACK_TOKENS = 512  # padding a batch may carry before a new batch pays off (a pass costs about this)
 
