@@ -192,7 +192,13 @@ def register(
 # Python functions live in a DuckDB database's catalog, seen by all its cursors, but can be
 # removed only by the connection that created them. So each database gets the functions once,
 # with a marker function naming its token, and they answer through the latest registration.
+# The catalog entry holds a borrowed pointer to the Python callable, owned by the connection that
+# created it: when that connection (a cursor, say) is closed or collected, DuckDB drops its
+# reference while the catalog still points at the callable, and the next call from another cursor
+# runs a freed object (a segfault). `_CALLABLES` owns them for the life of the process instead
+# (a few closures per database).
 _ANSWERING: dict[str, DuckDBFunctions] = {}
+_CALLABLES: dict[str, list[Callable]] = {}
 _REGISTERING = threading.Lock()
 _MARKER = "__aisql_functions_"
 
@@ -204,6 +210,7 @@ def _database_token(con: duckdb.DuckDBPyConnection) -> str | None:
 
 def _define_functions(con: duckdb.DuckDBPyConnection, token: str) -> None:
     varchar = duckdb.sqltype("VARCHAR")
+    owned = _CALLABLES.setdefault(token, [])
     for function in registry.FUNCTIONS:
         if function.duckdb_name is None:
             continue  # not offered on a user's connection (see the function's module)
@@ -216,11 +223,13 @@ def _define_functions(con: duckdb.DuckDBPyConnection, token: str) -> None:
             fixed.append(duckdb.sqltype(parameter.sql_type))
         optional = len(fixed) < len(function.duckdb_parameters)
         fn = _answering(token, function, 1 + len(fixed), optional)
+        owned.append(fn)
         first = duckdb.sqltype(function.duckdb_prompt_type)
         con.create_function(function.duckdb_name, fn, [first] + fixed, duckdb.sqltype(function.sql_type), type="arrow", side_effects=False)
     # prompt(template, *args ANY): a Python *args function is a DuckDB varargs function.
-    con.create_function("prompt", lambda *arrays: _ANSWERING[token].prompt(*arrays), [varchar], varchar, type="arrow", side_effects=False)
-    con.create_function(_MARKER + token, lambda: token, [], varchar, side_effects=False)
+    owned += [lambda *arrays: _ANSWERING[token].prompt(*arrays), lambda: token]
+    con.create_function("prompt", owned[-2], [varchar], varchar, type="arrow", side_effects=False)
+    con.create_function(_MARKER + token, owned[-1], [], varchar, side_effects=False)
 
 
 def _answering(token: str, function: AIFunction, fixed: int, optional: bool) -> Callable:

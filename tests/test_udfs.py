@@ -220,3 +220,28 @@ def test_functions_work_from_cursors_and_threads(tiny_engine):
     for thread in threads:
         thread.join(120)
     assert errors == [] and answers == [[(expected[0][0],)]] * 8
+
+
+@pytest.mark.parametrize("drop", ["cur.close()", "del cur; gc.collect()"])
+def test_functions_outlive_the_cursor_that_registered_them(drop):
+    """DuckDB frees a Python function's callable with the connection that created it while the
+    catalog keeps pointing at it: closing (or collecting) the registering cursor used to make the
+    next call on the parent connection segfault. Run in a child process: a crash must fail the
+    test, not the test run."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        f"""
+        import gc, duckdb, aisql
+        con = duckdb.connect()
+        cur = con.cursor()
+        aisql.register(cur, model="tiny", cache=False)
+        {drop}
+        print(con.sql("SELECT ai_if('x') IS NOT NULL, prompt('a {{0}}', 1)").fetchall())
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[(True, 'a 1')]"
