@@ -13,8 +13,6 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
-from sqlglot.errors import TokenError
-
 from aisql.errors import AisqlError
 
 PROMPT, CONTINUE = "aisql> ", "  ...> "
@@ -22,85 +20,227 @@ PROMPT, CONTINUE = "aisql> ", "  ...> "
 
 def complete_statements(buffer: str, dialect: str | None = None) -> tuple[list[str], str]:
     """Split `buffer` into the statements ended by `;` and the unfinished rest."""
-    import sqlglot
-    from sqlglot.tokens import TokenType
+    splitter = StatementSplitter(dialect)
+    done = splitter.feed(buffer)
+    return done, splitter.pending
 
-    from aisql.sql.dialects import dialect_for
 
-    try:
-        tokens = sqlglot.Dialect.get_or_raise(dialect_for(dialect)).tokenize(buffer)
-    except TokenError:  # an open quote or comment: wait for more input
-        return [], buffer
-    done, start = [], 0
-    for token in tokens:
-        if token.token_type == TokenType.SEMICOLON:
-            piece = buffer[start : token.end + 1]
-            if piece.strip(" \n\t;"):
-                done.append(piece)
-            start = token.end + 1
-    return done, buffer[start:]
+class StatementSplitter:
+    """Statements as their `;` arrives, tokenizing each piece of input about once.
+
+    sqlglot's tokenizer decides where a `;` ends a statement (not inside quotes or comments), but
+    it cannot resume mid-text: tokenizing the whole open statement after every line made a long
+    statement quadratic (a 160 KB INSERT took minutes). So the splitter keeps the offset where the
+    lexer is known to be in its plain state (after text that tokenized cleanly and ended at a line
+    end) and tokenizes only from there; while a quote or comment is open, it retries only when the
+    new text could close it. Statements before an unclosed quote or comment still run."""
+
+    _CLOSERS = frozenset("'\"`*$]")
+
+    def __init__(self, dialect: str | None = None) -> None:
+        import sqlglot
+
+        from aisql.sql.dialects import dialect_for
+
+        self._dialect = sqlglot.Dialect.get_or_raise(dialect_for(dialect))
+        self.pending = ""  # the open statement's text
+        self._plain = 0  # offset in `pending` where the lexer is in its plain state
+        self._open = False  # text after _plain has an open quote or comment
+
+    def feed(self, text: str) -> list[str]:
+        """Add input; return the statements it completed (each with its `;`)."""
+        self.pending += text
+        if self._open and not self._CLOSERS.intersection(text):
+            return []
+        if not self._open and ";" not in self.pending[self._plain :]:
+            self._advance_plain_state()
+            return []
+        done = self._split(len(self.pending))
+        if done is None:
+            # an open quote or comment: statements ended before it still complete
+            done = []
+            for end in self._semicolons_in(len(self.pending) - len(text)):
+                done = self._split(end + 1)
+                if done is not None:
+                    break
+            self._open = True
+            return done or []
+        self._open = False
+        return done
+
+    def reset(self) -> None:
+        self.pending, self._plain, self._open = "", 0, False
+
+    def unclosed(self) -> str | None:
+        """What keeps the pending text from being a statement: an open quote or comment, else None."""
+        if not self._open:
+            return None
+        rest = self.pending[self._plain :]
+        return "an unclosed /* comment" if "/*" in rest and rest.rfind("/*") > rest.rfind("*/") else "an unclosed quote"
+
+    def _tokens(self, text: str):
+        from sqlglot.errors import TokenError
+
+        try:
+            return self._dialect.tokenize(text)
+        except TokenError:
+            return None
+
+    def _split(self, end: int) -> list[str] | None:
+        """Tokenize pending[_plain:end]; cut the statements it completes. None: open quote/comment."""
+        from sqlglot.tokens import TokenType
+
+        base = self._plain
+        tokens = self._tokens(self.pending[base:end])
+        if tokens is None:
+            return None
+        done, start = [], 0
+        for token in tokens:
+            if token.token_type == TokenType.SEMICOLON:
+                cut = base + token.end + 1
+                piece = self.pending[start:cut]
+                if piece.strip(" \n\t;"):
+                    done.append(piece)
+                start = cut
+        self.pending, self._plain = self.pending[start:], max(0, end - start)
+        if not self.pending.endswith("\n"):
+            self._plain = self._last_line_start()
+        return done
+
+    def _advance_plain_state(self) -> None:
+        """No `;` yet: check the new lines tokenize (no open quote), so later feeds start there."""
+        end = self.pending.rfind("\n") + 1
+        if end <= self._plain:
+            return
+        if self._tokens(self.pending[self._plain : end]) is None:
+            self._open = True
+        else:
+            self._plain = end
+
+    def _last_line_start(self) -> int:
+        return min(self._plain, self.pending.rfind("\n") + 1)
+
+    def _semicolons_in(self, start: int) -> list[int]:
+        """The `;` of the newest text, last first (earlier ones were tried when they arrived)."""
+        text, low = self.pending, max(start, self._plain)
+        found, at = [], text.rfind(";")
+        while at >= low and len(found) < 16:
+            found.append(at)
+            at = text.rfind(";", low, at)
+        return found
 
 
 def lines(stream: TextIO, interactive: bool) -> Iterator[str]:
-    """Input lines; on a terminal with a prompt that says whether a statement is open."""
+    """Input lines; on a terminal with a prompt that says whether a statement is open. A line
+    that is not valid UTF-8 comes as a `\x00bad-utf8 N` marker (N: the line number)."""
     if not interactive:
-        yield from stream
+        source = getattr(stream, "buffer", None)
+        for number, raw in enumerate(source if source is not None else stream, 1):
+            if isinstance(raw, str):
+                yield raw
+                continue
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield f"\x00bad-utf8 {number}"
         return
     _history()
     pending = False
+    number = 0
     while True:
+        number += 1
         try:
             line = input(CONTINUE if pending else PROMPT)
         except EOFError:
             print()
+            yield "\x00eof"
             return
+        except UnicodeDecodeError:
+            line = f"\x00bad-utf8 {number}"
         except KeyboardInterrupt:  # drop the statement being typed, as duckdb does
             print()
             pending = False
             yield "\x00reset"
             continue
-        pending = yield line + "\n"  # type: ignore[misc]
+        pending = yield line if line.startswith("\x00") else line + "\n"  # type: ignore[misc]
+
+
+DOT_COMMANDS = {".quit": "exit the shell", ".exit": "exit the shell"}
 
 
 def run_shell(con, run_one: Callable[[str], None], stream: TextIO = sys.stdin, dialect: str | None = None) -> int:
     """Read statements until end of input; `run_one` runs and prints one. Returns the exit code:
-    1 if any statement failed when input is not a terminal (a piped script), else 0."""
+    1 if any statement failed when input is not a terminal (a piped script), else 0.
+
+    A line starting with `.` outside a statement is a dot-command (`.quit`, `.exit`), no `;`
+    needed. At the end of piped input the last statement may lack its `;` (as in duckdb's CLI);
+    on a terminal, a statement still open at Ctrl-D is discarded with a note, as at Ctrl-C —
+    never run half-typed (`DELETE FROM t` + Enter + Ctrl-D must not delete)."""
     interactive = stream.isatty() and sys.stdout.isatty()
     failed = False
-    buffer = ""
+    splitter = StatementSplitter(dialect)
     source = lines(stream, interactive)
     line = next(source, None)
+
+    def report(err: AisqlError) -> None:
+        nonlocal failed
+        failed = True
+        from aisql.cli import report_error
+
+        report_error(err)
+
     while line is not None:
         if line == "\x00reset":
-            buffer = ""
+            splitter.reset()
+        elif line == "\x00eof":
+            break
+        elif line.startswith("\x00bad-utf8"):
+            number = line.split()[1]
+            report(AisqlError(f"input line {number} is not valid UTF-8 text", hint="the statement it belongs to was discarded; save the script as UTF-8"))
+            splitter.reset()
+        elif not splitter.pending.strip() and line.lstrip().startswith("."):
+            command = line.strip().rstrip(";").strip().lower()
+            if command in (".quit", ".exit"):
+                return 1 if failed and not interactive else 0
+            known = ", ".join(DOT_COMMANDS)
+            report(AisqlError(f"unknown command {command.split()[0]!r}", hint=f"dot-commands: {known}"))
         else:
-            buffer += line
-            statements, buffer = complete_statements(buffer, dialect)
-            for statement in statements:
-                if statement.strip().rstrip(";").strip().lower() in (".quit", ".exit"):
-                    return 1 if failed else 0
+            for statement in splitter.feed(line):
                 try:
                     run_one(statement)
                 except AisqlError as err:
-                    failed = True
-                    from aisql.cli import report_error
-
-                    report_error(err)
+                    report(err)
                 except KeyboardInterrupt:
                     print("interrupted", file=sys.stderr)
         try:
-            line = source.send(bool(buffer.strip())) if interactive else next(source, None)
+            line = source.send(bool(splitter.pending.strip())) if interactive else next(source, None)
         except StopIteration:
             line = None
-    if buffer.strip():
-        try:
-            run_one(buffer)  # the last statement may lack its `;`
-        except AisqlError as err:
-            failed = True
-            from aisql.cli import report_error
-
-            report_error(err)
+    rest = splitter.pending
+    if rest.strip() and _has_sql(rest, dialect):
+        if interactive:
+            print("unfinished statement discarded (end a statement with ;)", file=sys.stderr)
+        elif splitter.unclosed():
+            report(AisqlError(f"the script ends inside {splitter.unclosed()}; its last statement did not run", hint="close it, then run the script again"))
+        else:
+            try:
+                run_one(rest)  # the last statement of a script may lack its `;`
+            except AisqlError as err:
+                report(err)
     return 1 if failed and not interactive else 0
+
+
+def _has_sql(text: str, dialect: str | None) -> bool:
+    """Whether text holds anything but comments (a trailing `-- done` is no statement)."""
+    import sqlglot
+    from sqlglot.errors import TokenError
+
+    from aisql.sql.dialects import dialect_for
+
+    try:
+        return bool(sqlglot.Dialect.get_or_raise(dialect_for(dialect)).tokenize(text))
+    except TokenError:
+        return True
 
 
 def _history() -> None:

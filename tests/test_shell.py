@@ -1,0 +1,98 @@
+"""`aisql shell`'s input handling (aisql.shell), without a model: where statements end, what
+happens to a statement still open at the end of input, dot-commands, bad bytes, long input."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from aisql import shell
+from aisql.shell import StatementSplitter, complete_statements, run_shell
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def interactive(monkeypatch, typed: list[str]) -> tuple[list[str], int]:
+    """Run the shell as if `typed` were typed at a terminal, then Ctrl-D; return what ran."""
+    ran: list[str] = []
+    feed = iter(typed)
+
+    def fake_input(prompt: str) -> str:
+        try:
+            return next(feed)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(shell, "_history", lambda: None)
+    code = run_shell(None, ran.append, Terminal())
+    return ran, code
+
+
+def test_ctrl_d_discards_an_unfinished_statement(monkeypatch, capsys):
+    """`DELETE FROM t` + Enter + Ctrl-D used to run the DELETE."""
+    ran, code = interactive(monkeypatch, ["SELECT 1;", "DELETE FROM t"])
+    assert ran == ["SELECT 1;"] and code == 0
+    assert "unfinished statement discarded" in capsys.readouterr().err
+
+
+def test_piped_script_runs_its_last_statement_without_semicolon():
+    ran: list[str] = []
+    assert run_shell(None, ran.append, io.StringIO("SELECT 1;\nSELECT 2\n-- done\n")) == 0
+    assert ran == ["SELECT 1;", "\nSELECT 2\n-- done\n"]
+    ran.clear()
+    assert run_shell(None, ran.append, io.StringIO("SELECT 1;\n-- done\n")) == 0
+    assert ran == ["SELECT 1;"]  # a trailing comment is no statement
+
+
+def test_statements_before_an_unclosed_comment_run(capsys):
+    ran: list[str] = []
+    assert run_shell(None, ran.append, io.StringIO("SELECT 1; /* never closed\nSELECT 2;\n")) == 1
+    assert ran == ["SELECT 1;"]
+    assert "ends inside an unclosed /* comment" in capsys.readouterr().err
+
+
+def test_dot_commands_need_no_semicolon(capsys):
+    ran: list[str] = []
+    assert run_shell(None, ran.append, io.StringIO("SELECT 1;\n.quit\nSELECT 2;\n")) == 0
+    assert ran == ["SELECT 1;"]
+    assert run_shell(None, ran.append, io.StringIO(".nonsense\n")) == 1
+    assert "unknown command '.nonsense'" in capsys.readouterr().err
+
+
+def test_invalid_utf8_names_the_line_and_skips_its_statement(capsys):
+    stream = io.TextIOWrapper(io.BytesIO(b"SELECT 1;\nSELECT \xff;\nSELECT 3;\n"), encoding="utf-8")
+    ran: list[str] = []
+    assert run_shell(None, ran.append, stream) == 1
+    assert ran == ["SELECT 1;", "SELECT 3;"]
+    assert "input line 2 is not valid UTF-8" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dialect", [None, "bigquery"])
+def test_splitter_matches_one_whole_tokenization(dialect):
+    """Fed a line at a time, the splitter cuts where tokenizing the whole text at once cuts."""
+    script = "SELECT 'a;\nb' AS x; -- c;\nSELECT /* d; */ 2;\nSELECT \"e;\nf\";\nSELECT 3\n;\n"
+    whole, rest = complete_statements(script, dialect)
+    splitter = StatementSplitter(dialect)
+    fed = [piece for line in script.splitlines(keepends=True) for piece in splitter.feed(line)]
+    assert [s.strip() for s in fed] == [s.strip() for s in whole] and len(whole) == 4
+
+
+def test_a_long_statement_is_tokenized_about_once(monkeypatch):
+    """A 4,000-line statement (~160 KB) used to be re-tokenized whole after every line."""
+    splitter = StatementSplitter()
+    tokenized = []
+    real = splitter._tokens
+    monkeypatch.setattr(splitter, "_tokens", lambda text: (tokenized.append(len(text)), real(text))[1])
+    splitter.feed("INSERT INTO t VALUES\n")
+    for i in range(4000):
+        assert splitter.feed(f"('row {i} with; a semicolon', {i}),\n") == []
+    (statement,) = splitter.feed("('last', 0);\n")
+    assert len(statement) > 140_000
+    assert sum(tokenized) < 3 * len(statement)
