@@ -51,6 +51,40 @@ def test_every_prefix_has_a_shortest_completion_the_grammar_accepts(tiny_engine,
     assert matcher.is_accepting()
 
 
+ODD_NAMES = ['a"b', "c\\d", "e\nf", "gé", "h😀", "x/y", "\\", "plain"]
+
+
+@pytest.mark.parametrize("spelling", ["escaped", "raw", "upper-hex"])
+def test_field_names_with_quotes_backslashes_and_non_ascii_complete_from_every_prefix(tiny_engine, spelling):
+    """Names holding `"`, `\\`, a newline or non-ASCII (written raw or as \\uXXXX, any case)
+    used to end in StopIteration or invalid JSON: a key is compared by its decoded text, and
+    the names the completion writes are JSON-escaped."""
+    import re
+
+    from llguidance import LLMatcher
+
+    fields = [Field(name, "string") for name in ODD_NAMES] + [Field("n", "integer", True)]
+
+    def spelled(name: str) -> str:
+        if spelling == "raw":
+            return json.dumps(name, ensure_ascii=False)
+        text = json.dumps(name)
+        return re.sub(r"\\u[0-9a-f]{4}", lambda m: "\\u" + m.group(0)[2:].upper(), text) if spelling == "upper-hex" else text
+
+    values = {f.name: ('v\\"' if f.kind == "string" else [1, 2]) for f in fields}
+    document = "{" + ",".join(f"{spelled(name)}:{json.dumps(value, separators=(',', ':'))}" for name, value in values.items()) + "}"
+    tokenizer = _ll_tokenizer(id(tiny_engine.tokenizer), tiny_engine.tokenizer, tuple(tiny_engine.stop_ids))
+    grammar = _compiled(grammar_of(fields))
+    for cut in range(len(document) + 1):
+        completed = shortest_completion(document[:cut], fields)
+        assert completed.startswith(document[:cut])
+        assert sorted(json.loads(completed)) == sorted(values), document[:cut]
+        if spelling == "raw" and cut % 5 == 0:  # the grammar's own spelling: it accepts the completion
+            matcher = LLMatcher(tokenizer, grammar, log_level=0)
+            ids = tokenizer.tokenize_str(completed)
+            assert matcher.validate_tokens(ids) == len(ids), completed
+
+
 def _check(value: dict) -> None:
     assert value is not None, "an answer did not parse"
     assert list(value) == list(TYPES)
