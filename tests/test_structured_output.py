@@ -179,6 +179,10 @@ def test_explain_counts_the_output_tokens(make_connection):
         ("SELECT AI.GENERATE(review, output_schema => 'name DATE') FROM reviews", "cannot decode"),
         ("SELECT AI.GENERATE(review, output_schema => 'name') FROM reviews", "output_schema"),
         ("SELECT AI.GENERATE(review, output_schema => '') FROM reviews", "output_schema is empty"),
+        # sqlglot reads up to the first thing it cannot and drops the rest: these had one field
+        ("SELECT AI.GENERATE(review, output_schema => 'a STRING b INT64') FROM reviews", "unexpected 'b' at character 10"),
+        ("SELECT AI.GENERATE(review, output_schema => 'a STRING, b c') FROM reviews", "unexpected 'b' at character 11"),
+        ("SELECT AI.GENERATE(review, output_schema => 'a STRING, b') FROM reviews", "unexpected 'b'"),
         ("SELECT AI.GENERATE(review, output_schema => 3) FROM reviews", "must be a string literal"),
         ("SELECT AI.GENERATE(review, output_schema => 'a STRING, A INT64') FROM reviews", "appears twice"),
         ("SELECT AI.GENERATE(review, output_schema => 'a STRING', temperature => 0.5) FROM reviews", "decodes greedily"),

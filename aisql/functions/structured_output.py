@@ -52,7 +52,30 @@ def parse_output_schema(spelling: str, text: str) -> tuple[Field, ...]:
         if kind is None:
             raise BindError(f"{spelling}: output_schema field {column.sql()!r} has no type", hint="e.g. 'name STRING'")
         fields.append(_field(spelling, column.name, kind))
+    _check_all_read(spelling, text, struct.expressions)
     return check_fields(spelling, fields)
+
+
+def _check_all_read(spelling: str, text: str, columns: Sequence[exp.Expression]) -> None:
+    """sqlglot stops a STRUCT's field list at the first thing it cannot read and drops the rest
+    ('a STRING b INT64' is one field): compare the text's tokens with those of what was read."""
+    import sqlglot
+
+    bigquery = sqlglot.Dialect.get_or_raise("bigquery")
+    given = [t for t in bigquery.tokenize(text) if t.text]
+    read = [t for t in bigquery.tokenize(", ".join(c.sql(dialect="bigquery") for c in columns)) if t.text]
+    if len(given) == len(read):
+        return
+    at = next((i for i, (a, b) in enumerate(zip(given, read)) if a.text.upper() != b.text.upper()), len(read))
+    if at < len(given) - 1 and given[at].text == ",":
+        at += 1  # name what follows the comma
+    stray = given[at] if at < len(given) else given[-1]
+    last = columns[-1].sql(dialect="bigquery") if columns else ""
+    raise BindError(
+        f"{spelling}: output_schema {text!r}: unexpected {stray.text!r} at character {stray.start + 1}"
+        + (f" after field '{last}'" if last else ""),
+        hint="fields are 'name TYPE' separated by commas, e.g. 'name STRING, year INT64'",
+    )
 
 
 def _field(spelling: str, name: str, kind: exp.DataType) -> Field:
