@@ -74,8 +74,14 @@ class DuckDBFunctions:
         tasks: dict[tuple, Task] = {}
         rows = []
         option_values = [column.to_pylist() for column in option_columns]
+        empty = []
         for row, value in enumerate(prompts.to_pylist()):
-            text = function.prompt_from_value(value)
+            # NULL for a NULL argument, without asking (null_handling is special: see _define_functions)
+            missing = value is None or any(values[row] is None for values in option_values)
+            text = None if missing else function.prompt_from_value(value)
+            if text is None:
+                empty.append(row)
+                continue
             key = tuple(_hashable(values[row]) for values in option_values)
             if key not in tasks:
                 try:
@@ -83,7 +89,10 @@ class DuckDBFunctions:
                 except AisqlError as err:
                     raise UdfError(err.message) from None
             rows.append((tasks[key], text))
-        return pa.array(self._answer(function.duckdb_name, rows), type=function.arrow_type)
+        answers = self._answer(function.duckdb_name, rows) if rows else []
+        for row in empty:
+            answers.insert(row, None)
+        return pa.array(answers, type=function.arrow_type)
 
     def prompt(self, templates: pa.Array, *args: pa.Array) -> pa.Array:
         """Fill positional placeholders; values are cast to VARCHAR exactly as DuckDB casts them."""
@@ -225,7 +234,11 @@ def _define_functions(con: duckdb.DuckDBPyConnection, token: str) -> None:
         fn = _answering(token, function, 1 + len(fixed), optional)
         owned.append(fn)
         first = duckdb.sqltype(function.duckdb_prompt_type)
-        con.create_function(function.duckdb_name, fn, [first] + fixed, duckdb.sqltype(function.sql_type), type="arrow", side_effects=False)
+        # null_handling special: an answer may be NULL for non-NULL arguments (AI_AGG over a list
+        # without values); NULL arguments still answer NULL (DuckDBFunctions.answer)
+        con.create_function(
+            function.duckdb_name, fn, [first] + fixed, duckdb.sqltype(function.sql_type), type="arrow", side_effects=False, null_handling="special"
+        )
     # prompt(template, *args ANY): a Python *args function is a DuckDB varargs function.
     owned += [lambda *arrays: _ANSWERING[token].prompt(*arrays), lambda: token]
     con.create_function("prompt", owned[-2], [varchar], varchar, type="arrow", side_effects=False)

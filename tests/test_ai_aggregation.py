@@ -147,3 +147,20 @@ def test_register_offers_ai_agg_over_a_list(make_connection, tiny_engine):
     ).fetchall()
     planned = make_connection().run(GROUPED).table.to_pylist()
     assert udf == [tuple(row.values()) for row in planned]
+
+
+def test_register_ai_agg_of_a_list_without_values_is_null(tiny_engine):
+    """An empty or all-NULL list is a group without values: NULL, as the planned aggregate
+    answers, without asking — it used to fail the whole query with an IndexError."""
+    import duckdb
+
+    import aisql
+
+    con = duckdb.connect()
+    functions = aisql.register(con, engine=tiny_engine, cache=False)
+    rows = con.sql(
+        "SELECT ai_agg(l, 'x') IS NULL, ai_summarize_agg(l) IS NULL "
+        "FROM (VALUES (1, ['a','b']), (2, []::VARCHAR[]), (3, [NULL, NULL]::VARCHAR[]), (4, NULL)) v(i, l) ORDER BY i"
+    ).fetchall()
+    assert rows == [(False, False), (True, True), (True, True), (True, True)]
+    assert functions.stats["ai_agg"].rows_in == 1 and functions.stats["ai_summarize_agg"].rows_in == 1

@@ -38,11 +38,13 @@ class AggregateFunction(AIFunction):
     # a scalar function over the group's list, answered exactly as the planned aggregate.
     duckdb_prompt_type = "VARCHAR[]"
 
-    def prompt_from_value(self, values) -> str:
-        """A group's list as the planned path sees it: its non-NULL values sorted, as JSON."""
+    def prompt_from_value(self, values) -> str | None:
+        """A group's list as the planned path sees it: its non-NULL values sorted, as JSON; None
+        (the answer is NULL, as for a group without values) for an empty or all-NULL list."""
         import json
 
-        return json.dumps(sorted(v for v in values if v is not None), ensure_ascii=False, separators=(",", ":"))
+        present = sorted(v for v in values if v is not None)
+        return json.dumps(present, ensure_ascii=False, separators=(",", ":")) if present else None
 
     def group_values(self, value: exp.Expression) -> exp.Expression:
         """The group's sorted non-NULL values as one JSON list (NULL for a group without any)."""

@@ -123,8 +123,9 @@ class AIFunction:
     duckdb_name: ClassVar[str | None]
     duckdb_prompt_type: ClassVar[str] = "VARCHAR"  # its first parameter's type
 
-    def prompt_from_value(self, value: Any) -> str:
-        """The prompt text of a registered DuckDB function's first argument."""
+    def prompt_from_value(self, value: Any) -> str | None:
+        """The prompt text of a registered DuckDB function's first argument; None: the answer is
+        NULL without asking (an aggregate's list with no values)."""
         return value
 
     # ---- arguments ---------------------------------------------------------------------------
