@@ -109,9 +109,13 @@ def test_sql_options_bad_values_and_exact_unchanged(make_connection):
     for options, message in [
         (", {'recall': 1.5}", "between 0 and 1"),
         (", optimization_mode => 'FAST'", "optimization_mode must be 'MINIMIZE_COST'"),
+        (", {'seed': 4294967296}", "from 0 to 4294967295"),  # used to pay 200 prompts, then fail in scikit-learn
+        (", {'seed': -1}", "from 0 to 4294967295"),
     ]:
-        with pytest.raises(AisqlError, match=message):
+        with pytest.raises(AisqlError, match=message):  # a bind error: refused before any prompt
             con.run(QUERY.format(options=options))
+    with pytest.raises(AisqlError, match="from 0 to 4294967295"):
+        make_connection().run(QUERY.format(options=""), approximate={"seed": 2**32})
     with pytest.raises(AisqlError, match="has no approximate mode"):
         con.run("SELECT AI.CLASSIFY(review, ['a', 'b'], {'recall': 0.9}) FROM reviews")
     plan = con.explain(QUERY.format(options=", {'recall': 0.95}")).to_dict()["statements"][0]["ai_nodes"][0]

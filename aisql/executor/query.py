@@ -68,6 +68,7 @@ class RunRequest:
 
 def approximate_targets(value: bool | dict | None):
     """RunRequest.approximate as cascade Targets (None: exact)."""
+    from aisql.functions.arguments import target_problem
     from aisql.planner.approximation import Targets
 
     if not value:
@@ -77,9 +78,10 @@ def approximate_targets(value: bool | dict | None):
     unknown = set(value) - {"recall", "precision", "delta", "sample", "seed"}
     if unknown:
         raise AisqlError(f"unknown approximate option {sorted(unknown)[0]!r}", hint="recall, precision, delta, sample, seed")
-    for key in ("recall", "precision", "delta"):
-        if key in value and not 0.0 < float(value[key]) < 1.0:
-            raise AisqlError(f"approximate {key} must be between 0 and 1 (exclusive), got {value[key]}")
+    for key, given in value.items():
+        problem = target_problem(key, given)
+        if problem:
+            raise AisqlError(f"approximate {problem}")
     return Targets(**value)
 
 

@@ -98,12 +98,29 @@ def read_hints(spelling: str, node: exp.Expression) -> dict[str, Any]:
             raise BindError(f"{spelling}: option 'selectivity' must be a number between 0 and 1")
         if key == "anchor" and not isinstance(value, str):
             raise BindError(f"{spelling}: option 'anchor' must be a table alias in quotes")
-        if key in ("recall", "precision", "delta") and not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 < float(value) < 1.0):
-            raise BindError(f"{spelling}: option {key!r} must be a number between 0 and 1 (exclusive)")
-        if key in ("sample", "seed") and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-            raise BindError(f"{spelling}: option {key!r} must be a whole number, 0 or more")
+        problem = target_problem(key, value) if key in APPROXIMATE_KEYS else None
+        if problem:
+            raise BindError(f"{spelling}: option {problem}")
         hints[key] = float(value) if key in ("selectivity", "recall", "precision", "delta") else value
     return hints
+
+
+SEED_MAX = 2**32 - 1  # the proxy's trainer (scikit-learn's random_state) takes seeds up to this
+
+
+def target_problem(key: str, value: Any) -> str | None:
+    """What is wrong with one approximate-mode target (None: fine). Checked where the value is
+    given (a call's options, the run's --approximate; aisql.planner.approximation.Targets), before any prompt is paid for."""
+    if key in ("recall", "precision", "delta"):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 < float(value) < 1.0):
+            return f"{key!r} must be a number between 0 and 1 (exclusive), got {value!r}"
+    elif key == "sample":
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            return f"'sample' must be a whole number, 0 or more, got {value!r}"
+    elif key == "seed":
+        if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= SEED_MAX):
+            return f"'seed' must be a whole number from 0 to {SEED_MAX} (2^32-1), got {value!r}"
+    return None
 
 
 # ---- the vendors' named arguments -------------------------------------------------------------
