@@ -54,6 +54,13 @@ def test_vendor_arguments_noted_or_refused(bq):
         bq.run("SELECT AI.IF(('x', review), colour => 'red') FROM shop.reviews")
     with pytest.raises(BindError, match="model_params is not valid JSON"):
         bq.run("SELECT AI.IF(('x', review), model_params => JSON '{oops') FROM shop.reviews")
+    deep = '{"a":' * 100_000 + "1" + "}" * 100_000  # used to be an internal RecursionError
+    with pytest.raises(BindError, match="model_params is nested too deeply"):
+        bq.run(f"SELECT AI.IF(('x', review), model_params => JSON '{deep}') FROM shop.reviews")
+    many = "{" + ",".join(f'"k{i}": 1' for i in range(20_000)) + "}"  # used to be 20,000 note lines
+    notes = bq.run(f"SELECT id FROM shop.reviews WHERE AI.IF(('x', review), model_params => JSON '{many}')").stats.notes
+    (line,) = [n for n in notes if "model_params" in n]
+    assert "model_params.k0" in line and "and 19995 more ignored" in line
     with pytest.raises(AisqlError, match="'gemini-2.5-flash' named in the query is not this run's model") as info:
         bq.run("SELECT AI.IF(('x', review), endpoint => 'gemini-2.5-flash') FROM shop.reviews")
     assert info.value.line == 1

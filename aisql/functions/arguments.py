@@ -179,9 +179,10 @@ def read_vendor_arguments(spelling: str, named: dict[str, exp.Expression], sampl
             raise BindError(f"{spelling}: endpoint must be a model name in quotes, got {node.sql(dialect='duckdb')}")
     if "model_params" in named:
         params = _json_argument(spelling, "model_params", named.pop("model_params"))
+        ignored: dict[str, list[str]] = {}  # why -> the keys ignored for it (one note per reason)
         for key, value in params.items():
             if key != "generation_config":
-                notes.append(f"{spelling}: model_params.{key} ignored (not a generation setting)")
+                ignored.setdefault("not a generation setting", []).append(f"model_params.{key}")
                 continue
             if not isinstance(value, dict):
                 raise BindError(f"{spelling}: model_params.generation_config must be a JSON object")
@@ -193,10 +194,18 @@ def read_vendor_arguments(spelling: str, named: dict[str, exp.Expression], sampl
                 elif samples and setting in ("temperature", "top_p", "seed") and isinstance(setting_value, (int, float)) and not isinstance(setting_value, bool):
                     sampling[setting] = exp.Literal.number(setting_value)
                 elif setting in GENERATION_CONFIG_KEYS:
-                    notes.append(f"{spelling}: model_params.generation_config.{setting} ignored (aisql answers deterministically, greedy)")
+                    ignored.setdefault("aisql answers deterministically, greedy", []).append(f"model_params.generation_config.{setting}")
                 else:
-                    notes.append(f"{spelling}: model_params.generation_config.{setting} ignored (unknown setting)")
+                    ignored.setdefault("unknown setting", []).append(f"model_params.generation_config.{setting}")
+        for why, keys in ignored.items():
+            notes.append(f"{spelling}: {_some(keys)} ignored ({why})")
     return VendorArguments(endpoint, max_output_tokens, tuple(notes), sampling, approximate)
+
+
+def _some(names: Sequence[str], shown: int = 5) -> str:
+    """A few names and how many more: one note line however many keys a query gives."""
+    head = ", ".join(names[:shown])
+    return head if len(names) <= shown else f"{head} and {len(names) - shown} more"
 
 
 def _json_argument(spelling: str, name: str, node: exp.Expression) -> dict:
@@ -213,6 +222,8 @@ def _json_argument(spelling: str, name: str, node: exp.Expression) -> dict:
         value = json.loads(text)
     except json.JSONDecodeError as err:
         raise BindError(f"{spelling}: {name} is not valid JSON ({err.msg} at character {err.pos})") from None
+    except RecursionError:
+        raise BindError(f"{spelling}: {name} is nested too deeply to read", hint="it takes {\"generation_config\": {...}}: two levels") from None
     if not isinstance(value, dict):
         raise BindError(f"{spelling}: {name} must be a JSON object")
     return value

@@ -125,7 +125,7 @@ def value_from_json(fields: Sequence[Field], text: str) -> dict | None:
     only emits documents of the schema)."""
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     if not isinstance(data, dict):
         return None
