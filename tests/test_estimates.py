@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import aisql
 from aisql.executor import throughput
 
@@ -59,3 +61,37 @@ def test_explain_counts_a_small_nodes_prefix_tree_exactly(make_connection, tiny_
     monkeypatch.setattr(measured_statistics, "EXACT_SECONDS", 0.0)  # nothing is cheap enough: estimated from a sample
     estimate = make_connection().explain(queries[0]).estimates[0]
     assert not any("counted exactly" in node.reason for node in estimate.nodes)
+
+
+def test_a_huge_cross_join_is_counted_without_rendering_and_refused(tiny_engine, monkeypatch):
+    """A 10^4 x 10^4 cross join under AI.IF used to group every prompt in DuckDB (7 GB) and render
+    them all before the budget check. Counting streams (a HyperLogLog sketch above
+    EXACT_DISTINCT_ROWS), the sample keeps only small hashes, and a node past MAX_HELD_PROMPTS is
+    refused before any prompt is rendered. Scaled down here by lowering both limits."""
+    from aisql.errors import AisqlError
+    from aisql.executor import measured_statistics, query
+    from aisql.executor.measured_statistics import MeasuredStatistics
+
+    sql = "SELECT a.range, b.range FROM range(300) a, range(300) b WHERE AI.IF(PROMPT('Is {0} below {1}?', a.range, b.range))"
+    con = aisql.Connection(engine=tiny_engine, cache=False)
+    exact_node = con.explain(sql).to_dict()["statements"][0]["ai_nodes"][0]
+    plan = con.explain(sql).plans[0]
+    stats = MeasuredStatistics(con.duckdb, con.session.facts)
+    unfiltered = stats.sample(plan.nodes[0], 50)  # 90,000 tuples > 64 x 50: the hash-threshold path
+    monkeypatch.setattr(measured_statistics, "EXACT_DISTINCT_ROWS", 1000)
+    monkeypatch.setattr(query, "MAX_HELD_PROMPTS", 50_000)
+    estimated = con.explain(sql)
+    node = estimated.to_dict()["statements"][0]["ai_nodes"][0]
+    assert "HyperLogLog" in str(estimated)
+    assert abs(node["plan"]["prompts"] - exact_node["plan"]["prompts"]) / exact_node["plan"]["prompts"] < 0.05
+    assert MeasuredStatistics(con.duckdb, con.session.facts).sample(plan.nodes[0], 50) == unfiltered
+    # the same smallest-hash tuples as grouping them all (the threshold keeps a prefix of that order)
+    full = con.duckdb.execute(
+        "SELECT a, b FROM (SELECT CAST(a.range AS TEXT) a, CAST(b.range AS TEXT) b FROM range(300) a, range(300) b) "
+        "ORDER BY hash(a, b), a, b LIMIT 50"
+    ).fetchall()
+    assert [values for values, _ in unfiltered] == full
+    passes = tiny_engine.stats.forward_passes
+    with pytest.raises(AisqlError, match=r"has about [\d,]+ distinct prompts; a planned run holds at most 50,000"):
+        con.run(sql)
+    assert tiny_engine.stats.forward_passes == passes  # refused before any prompt

@@ -17,11 +17,13 @@ import duckdb
 
 from aisql.engine.base import ModelFacts
 from aisql.executor.request_kinds import kind_of
+from aisql.planner.inputs import ungrouped_input_sql
 from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN, AINode
 from aisql.planner.statistics import DEFAULT_SELECTIVITY, GroupsProfile, InputProfile, Selectivity, TextsProfile, TokenProfile
 
 TOKEN_SAMPLE = 48
 EXACT_SECONDS = 1.0  # explain tokenizes a node's every distinct prompt when that takes about this long or less
+EXACT_DISTINCT_ROWS = 2_000_000  # inputs with more rows have their distinct prompts estimated (HyperLogLog)
 TIMING_PROMPTS = 64  # prompts tokenized to measure how long the rest would take
 SELECTIVITY_SAMPLE = 32
 
@@ -49,6 +51,7 @@ class MeasuredStatistics:
         # 1/ratio share of the predicate's own work (smaller inputs keep the default order).
         self.min_sampling_ratio = min_sampling_ratio
         self._inputs: dict[str, InputProfile | None] = {}
+        self._rows: dict[str, str] = {}  # node id -> its input row by row
         self._why_unknown: dict[str, str] = {}
         self._tokens: dict[str, TokenProfile | None] = {}
         self._sequences: dict[str, list[tuple[int, ...]] | None] = {}
@@ -82,17 +85,23 @@ class MeasuredStatistics:
             return None
         arity = node.call.arity
         names, not_null = _argument_columns(node)
-        source = f"({node.estimate_sql}) AS __aisql_counted"
+        source = f"({self._rows_sql(node)}) AS __aisql_counted"
         try:
-            rows_in, total = self.con.execute(
-                f"SELECT coalesce(sum({COUNT_COLUMN}), 0), coalesce(sum({COUNT_COLUMN}) FILTER (WHERE {not_null}), 0) FROM {source}"
+            # One pass: the sums and a HyperLogLog sketch of each prefix's distinct count (no
+            # memory); inputs small enough are then counted exactly (a hash table of every
+            # distinct tuple: for a 10^8-row cross join, GBs and minutes only to meet a budget).
+            sketches = ", ".join(f"approx_count_distinct(hash({', '.join(names[:k])})) FILTER (WHERE {not_null})" for k in range(1, arity + 1))
+            rows_in, total, *approximate = self.con.execute(
+                f"SELECT coalesce(sum({COUNT_COLUMN}), 0), coalesce(sum({COUNT_COLUMN}) FILTER (WHERE {not_null}), 0), {sketches} FROM {source}"
             ).fetchall()[0]
-            distinct = []
+            estimated = total > EXACT_DISTINCT_ROWS
+            distinct: list[int] = []
             for k in range(1, arity + 1):
+                if estimated:
+                    distinct.append(min(int(total), max(int(approximate[k - 1] or 0), distinct[-1] if distinct else 1)))
+                    continue
                 columns = ", ".join(names[:k])
-                distinct.append(
-                    self.con.execute(f"SELECT count(*) FROM (SELECT DISTINCT {columns} FROM {source} WHERE {not_null})").fetchall()[0][0]
-                )
+                distinct.append(self.con.execute(f"SELECT count(*) FROM (SELECT DISTINCT {columns} FROM {source} WHERE {not_null})").fetchall()[0][0])
         except duckdb.CatalogException as err:  # e.g. a table an earlier statement of the script creates
             first = str(err).splitlines()[0]
             missing = re.search(r"with name (\S+) does not exist", first)
@@ -102,7 +111,13 @@ class MeasuredStatistics:
         except duckdb.Error as err:
             self._why_unknown[node.id] = f"its input cannot be counted without running the script ({str(err).splitlines()[0]})"
             return None
-        return InputProfile(int(rows_in), int(total), tuple(int(d) for d in distinct), frozenset(self._tables(node)))
+        return InputProfile(int(rows_in), int(total), tuple(int(d) for d in distinct), frozenset(self._tables(node)), distinct_estimated=estimated)
+
+    def _rows_sql(self, node: AINode) -> str:
+        """The node's input row by row (aisql.planner.inputs.ungrouped_input_sql), made once."""
+        if node.id not in self._rows:
+            self._rows[node.id] = ungrouped_input_sql(node.estimate_sql)
+        return self._rows[node.id]
 
     def leading_group_sizes(self, node: AINode) -> list[int] | None:
         """Distinct prompts per value of the first argument (an AI join's anchor when it leads
@@ -319,15 +334,25 @@ class MeasuredStatistics:
             return None
         names, not_null = _argument_columns(node)
         columns = ", ".join(names)
-        sql = (
-            f"SELECT {columns}, sum({COUNT_COLUMN}) AS __aisql_rows FROM ({node.estimate_sql}) AS q "
-            f"WHERE {not_null} GROUP BY {columns} ORDER BY hash({columns}), {columns} LIMIT {int(size)}"
-        )
-        try:
-            rows = self.con.execute(sql).fetchall()
-        except duckdb.Error:
-            return None
-        return [(tuple(row[:-1]), int(row[-1])) for row in rows]
+        profile = self.input_profile(node)
+        unique = profile.unique if profile else 0
+        # The sample is the `size` tuples of smallest hash. Grouping every tuple to find them
+        # holds them all (a 10^8-row cross join: GBs); keeping only hashes below a threshold
+        # first keeps the same smallest ones while at least `size` pass it (else widen and retry).
+        share = 8.0 * size / unique if unique > 64 * size else None
+        while True:
+            below = f" AND hash({columns}) < {int(share * 2**64)}::UBIGINT" if share is not None and share < 1.0 else ""
+            sql = (
+                f"SELECT {columns}, sum({COUNT_COLUMN}) AS __aisql_rows FROM ({self._rows_sql(node)}) AS q "
+                f"WHERE {not_null}{below} GROUP BY {columns} ORDER BY hash({columns}), {columns} LIMIT {int(size)}"
+            )
+            try:
+                rows = self.con.execute(sql).fetchall()
+            except duckdb.Error:
+                return None
+            if not below or len(rows) >= size:
+                return [(tuple(row[:-1]), int(row[-1])) for row in rows]
+            share *= 8.0
 
     # ---- selectivity --------------------------------------------------------------------------
     @contextmanager

@@ -142,11 +142,14 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         if bound.has_ai and not request.naive:
             stats = MeasuredStatistics(con, session.facts, sampler=samples, embedding_model=session.embedding_model)
         where = "the query" if len(statements) == 1 else f"statement {number}"
-        if budget is not None and stats is not None:
+        if stats is not None:
             # First against an estimate that runs no model (not even selectivity samples),
             # then against the sampled plan that will run.
             with stats.sampling_paused():
-                check_plan(plan_statement(bound, PlanningContext(stats)), stats, session, profile, budget, where)
+                unsampled = plan_statement(bound, PlanningContext(stats))
+            check_held_prompts(unsampled, stats)
+            if budget is not None:
+                check_plan(unsampled, stats, session, profile, budget, where)
         plan = plan_statement(bound, PlanningContext(stats))
         if budget is not None and stats is not None:
             check_plan(plan, stats, session, profile, budget, where)
@@ -175,6 +178,25 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
     if results:
         table = results[-1][1]  # the last query's rows, not a later CREATE's row count
     return QueryResult(table=table, stats=stats, model=used, results=results)
+
+
+MAX_HELD_PROMPTS = 10_000_000  # distinct prompts of one node a planned run holds in memory
+
+
+def check_held_prompts(plan, stats: MeasuredStatistics) -> None:
+    """Refuse, from DuckDB's count and before any prompt is rendered, a node whose distinct
+    prompts a planned run could not hold: it renders a node's input whole to deduplicate and
+    order it (a 10^4 x 10^4 cross join under AI.IF: 10^8 prompts, GBs before the first answer)."""
+    for node in plan.nodes:
+        counted = stats.input_profile(node)
+        if counted is not None and counted.unique > MAX_HELD_PROMPTS:
+            about = "about " if counted.distinct_estimated else ""
+            raise AisqlError(
+                f"AI call {node.call.describe()} has {about}{counted.unique:,} distinct prompts; a planned run holds "
+                f"at most {MAX_HELD_PROMPTS:,} per AI call in memory: not started",
+                hint="filter its input first (a WHERE, a join condition, a LIMIT in a subquery) or run it in parts",
+                line=node.call.line,
+            )
 
 
 def _returns_rows(ast) -> bool:

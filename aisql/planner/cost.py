@@ -311,7 +311,8 @@ def _estimate_prompts(plan, position, node, stats, hardware, cached_leading, cou
         computed_without_prefix_cache=unique * per_prompt + decode_tokens(tokens, unique),
         plan=plan_side,
         naive=naive_side,
-        reason=f"prompt tokens counted exactly ({len(sequences):,} token sequences)" if exact else "",
+        reason=(f"prompt tokens counted exactly ({len(sequences):,} token sequences)" if exact else "")
+        + (f"distinct prompts estimated (HyperLogLog sketch over {profile.prompts_total:,} rows)" if profile.distinct_estimated else ""),
     )
 
 

@@ -55,6 +55,23 @@ def build_input_sql(node: AINode, available: set[str], all_names: set[str]) -> t
     return wrapper.sql(dialect="duckdb", comments=False), builder.dropped
 
 
+def ungrouped_input_sql(grouped_sql: str) -> str:
+    """A node input's rows one by one (each with count 1) instead of its distinct tuples
+    (`build_input_sql`'s GROUP BY): the same sums and distinct counts, but a count or a sample
+    over it streams instead of building a hash table of every distinct tuple first (10^8 of a
+    cross join: GBs)."""
+    import sqlglot
+
+    grouped = sqlglot.parse_one(grouped_sql, dialect="duckdb")
+    rows = grouped.copy()
+    rows.set("group", None)
+    rows.set(
+        "expressions",
+        [e if e.alias_or_name != COUNT_COLUMN else exp.alias_(exp.Literal.number(1), COUNT_COLUMN) for e in grouped.expressions],
+    )
+    return rows.sql(dialect="duckdb", comments=False)
+
+
 class _InputBuilder:
     def __init__(self, select: exp.Select, node: AINode, blocked: set[str]) -> None:
         self.original = select

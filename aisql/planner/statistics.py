@@ -24,6 +24,7 @@ class InputProfile:
     prompts_total: int  # rows whose arguments are all non-NULL
     prefix_distinct: tuple[int, ...]  # distinct (a0), (a0, a1), ..., (a0..ak): the last = distinct tuples
     tables: frozenset[str] = frozenset()  # source aliases the prompt's arguments read
+    distinct_estimated: bool = False  # prefix_distinct from a HyperLogLog sketch (inputs too big to count exactly)
 
     @property
     def unique(self) -> int:
