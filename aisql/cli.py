@@ -276,7 +276,7 @@ def _apply(options):
 @click.option("--max-prompts", type=click.IntRange(min=0), metavar="N", help="Stop before sending more than N new prompts to the model.")
 @click.option("--max-cost", type=click.FloatRange(min=0), metavar="USD", help="Stop before model time would cost more than USD (at --hardware's price).")
 @click.option("--on-overflow", type=click.Choice(["error", "truncate"]), default="error", show_default=True, help="A prompt longer than the model's context: fail, or cut its text.")
-@click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts (or 10 s).")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts (or about 10 s of model time), on every path: nodes, selectivity samples, embeddings.")
 @click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Spread the AI work over N engine workers on Ray (a local runtime unless --cluster or $RAY_ADDRESS; needs aisql[ray]).")
 @click.option("--cluster", metavar="ADDRESS", help="Run the workers on this Ray cluster (ray://HOST:PORT); default: one worker per GPU.")
 @click.option("--approximate", is_flag=True, help="Approximate mode for every AI.IF: a proxy answers the rows it is sure of (recall and precision >= 0.9 vs the LLM, with probability >= 0.95); outputs say so.")

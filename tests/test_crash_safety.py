@@ -116,3 +116,25 @@ def test_two_processes_share_one_cache(tiny_engine, tmp_path: Path):
         assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         rows, keys = db.execute("SELECT count(*), count(DISTINCT key) FROM answers").fetchall()[0]
     assert rows == keys == PROMPTS  # every prompt once, whoever computed it
+
+
+def test_every_answer_path_commits_at_most_checkpoint_every(tiny_engine, monkeypatch):
+    """`--checkpoint-every 5` used to commit a selectivity sample (and the approximate proxy's
+    embeddings) whole, 20-256 at a time: every path that pays for answers commits at most N."""
+    import aisql
+    from aisql.executor.answer_store import MemoryAnswerStore
+
+    commits: list[int] = []
+
+    class Recording(MemoryAnswerStore):
+        def put_many(self, task, answers):
+            commits.append(len(answers))
+            super().put_many(task, answers)
+
+    con = aisql.Connection(engine=tiny_engine, store=Recording())
+    con.duckdb.execute("CREATE TABLE t AS SELECT 'item ' || i AS x, 'note ' || (i % 7) AS y FROM range(400) r(i)")
+    # two AI predicates: the planner samples their selectivity to order them
+    sql = "SELECT x FROM t WHERE AI.IF(PROMPT('Is {0} red?', x)) AND AI.IF(PROMPT('Is {0} blue?', y))"
+    result = con.run(sql, checkpoint_every=5)
+    assert result.stats.totals()["prompts_evaluated"] > 20
+    assert commits and max(commits) <= 5, commits

@@ -212,12 +212,13 @@ def _unit(vector: Sequence[float]) -> np.ndarray:
     return row / norm if norm > 0 else row
 
 
-def vectors_for(texts: Sequence[str], embeddings: EmbeddingSource, answering: Answering, chunk: int = 256) -> np.ndarray:
+def vectors_for(texts: Sequence[str], embeddings: EmbeddingSource, answering: Answering) -> np.ndarray:
     """The embedding model's vectors of `texts` as a matrix (the result cache first, the rest
-    embedded in sorted chunks, each committed): for callers other than an embedding node (the
-    approximate mode's proxy)."""
+    embedded in sorted chunks of the run's checkpoint_every, each committed): for callers other
+    than an embedding node (the approximate mode's proxy)."""
     key = embedding_store_key(embeddings)
     store, lock = answering.store, answering.lock
+    chunk = max(1, answering.options.checkpoint_every)
     known = {t: a.value for t, a in store.get_many(key, list(texts)).items()}
     todo = sorted(t for t in set(texts) if t not in known)
     for start in range(0, len(todo), chunk):

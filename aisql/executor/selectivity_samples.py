@@ -33,15 +33,21 @@ class SampleEvaluator:
         if todo:
             if budget is not None and budget.allowed(len(todo)) < len(todo):
                 return None
-            started = time.perf_counter()
-            try:
-                fresh, work = answering.measured(lambda engine: evaluate(engine, task, todo, on_overflow=on_overflow))
-            except ContextOverflow:
-                return None  # e.g. a sampled prompt over the context: the run reports it in place
-            if budget is not None:
-                budget.spend(len(fresh), time.perf_counter() - started)
-            answering.store.put_many(key, fresh)
-            known.update(fresh)
-            self.work[node.id] = self.work.get(node.id, EngineStats()) + work
-            self.prompts[node.id] = self.prompts.get(node.id, 0) + len(todo)
+            # committed every checkpoint_every prompts, as the node's own answers are: a kill
+            # during the sample keeps what was answered (`--checkpoint-every 5` used to commit
+            # the whole sample at once)
+            size = max(1, answering.options.checkpoint_every)
+            for start in range(0, len(todo), size):
+                chunk = todo[start : start + size]
+                started = time.perf_counter()
+                try:
+                    fresh, work = answering.measured(lambda engine: evaluate(engine, task, chunk, on_overflow=on_overflow))
+                except ContextOverflow:
+                    return None  # e.g. a sampled prompt over the context: the run reports it in place
+                if budget is not None:
+                    budget.spend(len(fresh), time.perf_counter() - started)
+                answering.store.put_many(key, fresh)
+                known.update(fresh)
+                self.work[node.id] = self.work.get(node.id, EngineStats()) + work
+                self.prompts[node.id] = self.prompts.get(node.id, 0) + len(chunk)
         return [known[t].value for t in texts]
