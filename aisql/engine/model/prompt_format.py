@@ -8,11 +8,12 @@ prompts of a call, so its KV is computed once. A chat template is rendered once 
 with a sentinel and split around it (checked to reproduce the template verbatim), instead of
 once per prompt.
 
-Data never becomes prompt structure: only the framing may produce special tokens. A text (or a
-label) that spells a special token (`<|im_end|>`, `<|endoftext|>`, ...) is encoded piece by piece
-— the framing with special tokens, the text with special-token parsing off — so the model reads
-those characters as characters. Texts without such strings are encoded in one go, as before
-(the same token ids).
+Data never becomes prompt structure: only the chat template's own markup may produce special
+tokens. A text, a label, a question or a task (the call's system message) that spells a special
+token (`<|im_end|>`, `<|endoftext|>`, ...) is encoded piece by piece — the template's markup with
+special tokens, every user- or data-supplied string with special-token parsing off — so the
+model reads those characters as characters. Prompts without such strings are encoded in one go,
+as before (the same token ids).
 """
 
 from __future__ import annotations
@@ -52,11 +53,20 @@ class PromptFormat:
         if not texts:
             return []
         rendered = self.render(framing, texts)
+        if self.framing_spells_special_token(framing):
+            # a label or question in the system message (or a suffix) that spells a special token:
+            # every prompt of the call is encoded piece by piece, so they still share one prefix
+            return [self._encode_framing_as_data(framing, text, rendered[index]) for index, text in enumerate(texts)]
         encoded = [tuple(ids) for ids in self.tokenizer(rendered, add_special_tokens=not self.uses_chat_template)["input_ids"]]
         for index, text in enumerate(texts):
             if self.spells_special_token(text):
                 encoded[index] = self._encode_as_data(framing, text, rendered[index])
         return encoded
+
+    def framing_spells_special_token(self, framing: Framing) -> bool:
+        """Whether the call's own strings (its system message: labels, questions, a task;
+        its suffix or answer prefix) spell a special token — data all the same."""
+        return any(self.spells_special_token(part) for part in (framing.system or "", framing.suffix, framing.answer_prefix))
 
     def encode_label(self, label: str, framing: FramingLike = Framing()) -> tuple[int, ...]:
         """Token ids of an answer as it follows the prompt (after the framing's label prefix; after
@@ -96,6 +106,38 @@ class PromptFormat:
             start = rendered.rfind(text)
             before, after = rendered[:start], rendered[start + len(text) :]
         return self.encode_pieces([(before, False), (text, True), (after, False)], not self.uses_chat_template)
+
+    def _encode_framing_as_data(self, framing: Framing, text: str, rendered: str) -> tuple[int, ...]:
+        """The prompt with only the template's own structure parsed for special tokens: the
+        system message, the text, the suffix and the answer prefix are characters."""
+        pieces = self._framing_pieces(framing, text)
+        if pieces is None or "".join(p for p, _ in pieces) != rendered:
+            # a template that rewrites its contents: the text as data, the framing around it
+            # with special tokens off too (only a template that could not be split lands here)
+            before, after = rendered[: rendered.rfind(text)], rendered[rendered.rfind(text) + len(text) :]
+            pieces = [(before, True), (text, True), (after, True)]
+        return self.encode_pieces(pieces, not self.uses_chat_template)
+
+    def _framing_pieces(self, framing: Framing, text: str) -> list[tuple[str, bool]] | None:
+        """(piece, is_data) of one prompt: the template's structure around the call's strings."""
+        answer = [(framing.answer_prefix, True)]
+        if not self.uses_chat_template:
+            head = [(framing.system, True), ("\n\n", False)] if framing.system else []
+            tail = [(framing.suffix, True), ("\n\n", False)] + (answer if framing.answer_prefix else [("Answer:", False)])
+            return head + [(text, True)] + tail
+        system_mark = "\u0000AISQL_SYSTEM\u0000"
+        shape = Framing(system=None if framing.system is None else system_mark)
+        rendered = self._apply_chat(shape, _SENTINEL)
+        if rendered.count(_SENTINEL) != 1 or (framing.system is not None and rendered.count(system_mark) != 1):
+            return None
+        before, after = rendered.split(_SENTINEL)
+        head = [(before, False)]
+        if framing.system is not None:
+            first, second = before.split(system_mark)
+            if system_mark in after:
+                return None
+            head = [(first, False), (framing.system, True), (second, False)]
+        return head + [(text, True), (framing.suffix, True), (after, False)] + answer
 
     def frame(self, framing: FramingLike) -> tuple[str, str]:
         """The text around the user's text: (before, after). For chat templates that cannot be
