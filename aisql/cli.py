@@ -237,7 +237,7 @@ _common = [
         "params",
         multiple=True,
         metavar="NAME=VALUE",
-        help="A value for $NAME in the query (repeatable); --param 1=VALUE for ? and $1. Numbers are numbers, the rest text; bound as values, never pasted into SQL.",
+        help="A value for $NAME in the query (repeatable); --param 1=VALUE for ? and $1. A number when written as it prints (42, 2.5), else text (01234 stays 01234; cast in SQL for other types); bound as values, never pasted into SQL.",
     ),
     click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors."),
 ]

@@ -135,3 +135,27 @@ def test_errors_name_problem_and_position(sql, error, message, position):
     if position is not None:
         assert (info.value.line, info.value.col) == position
     assert isinstance(info.value, AisqlError)
+
+
+@pytest.mark.parametrize(
+    "given, bound",
+    [("42", 42), ("-7", -7), ("0", 0), ("2.5", 2.5), ("1e+20", 1e20), ("Berlin", "Berlin"),
+     # used to become numbers, losing what was written
+     ("01234", "01234"), ("007", "007"), ("1_000", "1_000"), ("١٢٣", "١٢٣"), ("+5", "+5"), ("1.50", "1.50"), ("-0", "-0"),
+     ("nan", "nan"), ("inf", "inf"), ("9" * 30, "9" * 30)],
+)
+def test_cli_parameter_values_are_numbers_only_when_nothing_is_lost(given, bound):
+    from aisql.sql.parameters import parse_cli_value
+
+    value = parse_cli_value(given)
+    assert value == bound and type(value) is type(bound)
+
+
+def test_a_zip_code_parameter_matches_only_itself():
+    import aisql
+    from aisql.sql.parameters import parse_cli_value
+
+    con = aisql.connect(model="tiny", cache=False)
+    con.duckdb.execute("CREATE TABLE z AS SELECT * FROM (VALUES ('01234'), ('1234')) v(zip)")
+    rows = con.run("SELECT zip FROM z WHERE zip = $zip", params={"zip": parse_cli_value("01234")}).table.to_pylist()
+    assert rows == [{"zip": "01234"}]

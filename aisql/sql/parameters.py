@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import math
+import re
 from typing import Any, Mapping, Sequence
 
 from sqlglot import exp
@@ -92,13 +93,21 @@ def literal(value: Any) -> exp.Expression:
 
 
 def parse_cli_value(text: str) -> Any:
-    """A --param value typed as DuckDB would bind the Python value: integer, number, else text."""
-    try:
+    """A --param value: a number only when it is written as that number prints (42, -7, 2.5,
+    1e+20 — so reading it as a number loses nothing), else text, as DuckDB binds a Python str.
+    `01234`, `1_000`, `١٢٣`, `+5`, `1.50` stay text: a zip code keeps its zero, a PROMPT shows
+    what was given. Cast in SQL for other types ($d::DATE)."""
+    if _CANONICAL_INTEGER.fullmatch(text) and abs(int(text)) < 2**63:
         return int(text)
-    except ValueError:
-        pass
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    return number if math.isfinite(number) else text
+    if _NUMBER_CHARACTERS.fullmatch(text):
+        try:
+            number = float(text)
+        except ValueError:
+            return text
+        if math.isfinite(number) and repr(number) == text:
+            return number
+    return text
+
+
+_CANONICAL_INTEGER = re.compile(r"0|-?[1-9][0-9]*", re.ASCII)
+_NUMBER_CHARACTERS = re.compile(r"-?[0-9.e+-]+", re.ASCII)
