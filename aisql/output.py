@@ -19,6 +19,7 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
+from aisql.json_values import json_safe
 from aisql.console import escape, stderr
 from aisql.errors import DataError
 
@@ -145,12 +146,21 @@ def print_csv(table: pa.Table) -> None:
 
 
 def print_json(table: pa.Table) -> None:
-    sys.stdout.write(json.dumps(table.to_pylist(), default=str, ensure_ascii=False, indent=2) + "\n")
+    rows, replaced = json_safe(table.to_pylist())
+    sys.stdout.write(json.dumps(rows, default=str, ensure_ascii=False, indent=2, allow_nan=False) + "\n")
+    _say_replaced(replaced)
 
 
 def print_json_line(document: dict) -> None:
     """One JSON document on one line (JSON Lines), for one of several results."""
-    sys.stdout.write(json.dumps(document, default=str, ensure_ascii=False) + "\n")
+    document, replaced = json_safe(document)
+    sys.stdout.write(json.dumps(document, default=str, ensure_ascii=False, allow_nan=False) + "\n")
+    _say_replaced(replaced)
+
+
+def _say_replaced(replaced: int) -> None:
+    if replaced:
+        stderr.print(f"[yellow]note: {replaced:,} non-finite number(s) (NaN or Infinity, which JSON cannot hold) written as null[/yellow]")
 
 
 def _literal(value: str) -> str:

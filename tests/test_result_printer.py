@@ -53,3 +53,18 @@ def test_every_output_file_carries_the_label(tmp_path):
     for path in (tmp_path / "out.parquet", tmp_path / "all" / "statement_1.parquet"):
         metadata = pq.read_schema(path).metadata
         assert b"APPROXIMATE ai_1" in metadata[b"aisql_note"], path
+
+
+@pytest.mark.parametrize("interactive", [False, True])
+def test_json_output_never_holds_nan_or_infinity(capsys, interactive):
+    """A FLOAT64 field a random model wrote as 1e999 used to print `Infinity`: not JSON."""
+    table = pa.table({"x": [1.5, float("inf"), float("nan")], "l": [[float("-inf")], [], [2.0]]})
+    result = approximate_result()
+    result = QueryResult(table=table, stats=result.stats, model=result.model, results=[(1, table)])
+    ResultPrinter("json", interactive=interactive).emit(result)
+    captured = capsys.readouterr()
+    documents = captured.out.splitlines() if interactive else [captured.out]
+    rows = [json.loads(d, parse_constant=lambda c: pytest.fail(f"{c} in JSON output")) for d in documents]
+    flat = rows[0]["rows"] if interactive else rows[0]
+    assert flat == [{"x": 1.5, "l": [None]}, {"x": None, "l": []}, {"x": None, "l": [2.0]}]
+    assert "3 non-finite number(s)" in captured.err

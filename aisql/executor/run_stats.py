@@ -157,4 +157,7 @@ class RunStats:
         return data
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        """The stats as strict JSON (a NaN estimate becomes null: JSON has no NaN)."""
+        from aisql.json_values import json_safe
+
+        return json.dumps(json_safe(self.to_dict())[0], indent=2, allow_nan=False)
