@@ -20,6 +20,25 @@ from aisql.errors import AisqlError, DataError
 from aisql.console import escape as _escape, stderr  # noqa: E402
 
 
+
+
+class FiniteAmount(click.FloatRange):
+    """A finite amount, 0 or more: click's FloatRange takes `nan` (which compares false with any
+    limit: a --max-cost nan run ran unlimited) and `inf`."""
+
+    name = "amount"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+FINITE_AMOUNT = FiniteAmount(min=0)
+
 def report_error(err: AisqlError) -> None:
     """One `error:` line naming the problem and its place, and a hint line if there is one."""
     stderr.print(f"[bold red]error:[/bold red] {_escape(err.located())}")
@@ -270,11 +289,11 @@ def _apply(options):
 @click.option("--max-rows", default=50, show_default=True, help="Rows to show with --format table.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary or notes on stderr.")
 @click.option("--hardware", type=click.Choice(["cpu", "h100", "h200"]), help="Cost the run at this profile's price in --stats-json.")
-@click.option("--price-per-hour", type=click.FloatRange(min=0), metavar="USD", help="Override the hardware profile's price.")
+@click.option("--price-per-hour", type=FINITE_AMOUNT, metavar="USD", help="Override the hardware profile's price.")
 @click.option("--cache", "cache_path", metavar="PATH", help="Result cache file (default: answers.sqlite in the user cache dir).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
 @click.option("--max-prompts", type=click.IntRange(min=0), metavar="N", help="Stop before sending more than N new prompts to the model.")
-@click.option("--max-cost", type=click.FloatRange(min=0), metavar="USD", help="Stop before model time would cost more than USD (at --hardware's price).")
+@click.option("--max-cost", type=FINITE_AMOUNT, metavar="USD", help="Stop before model time would cost more than USD (at --hardware's price).")
 @click.option("--on-overflow", type=click.Choice(["error", "truncate"]), default="error", show_default=True, help="A prompt longer than the model's context: fail, or cut its text.")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts (or about 10 s of model time), on every path: nodes, selectivity samples, embeddings.")
 @click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Spread the AI work over N engine workers on Ray (a local runtime unless --cluster or $RAY_ADDRESS; needs aisql[ray]).")
@@ -338,7 +357,7 @@ def run(
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--model", metavar="SPEC", help="The model to estimate for (its tokenizer and shape; no weights are loaded).")
 @click.option("--hardware", type=click.Choice(["cpu", "h100", "h200"]), default="cpu", show_default=True, help="Roofline profile for time and money (cpu is measured here).")
-@click.option("--price-per-hour", type=click.FloatRange(min=0), metavar="USD", help="Override the hardware profile's price.")
+@click.option("--price-per-hour", type=FINITE_AMOUNT, metavar="USD", help="Override the hardware profile's price.")
 @click.option("--sample", type=int, default=0, show_default=True, metavar="N", help="Measure each AI predicate's selectivity on N prompts (runs the model).")
 @click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Also show how each AI node's prompts would be cut into shards for N engine workers (nothing is started).")
 @_embed_model

@@ -145,3 +145,22 @@ def test_a_server_that_is_not_openai_compatible_is_one_error(mode, message):
             con.run("SELECT AI.IF('x') AS a")
     finally:
         fake.server.shutdown()
+
+
+@pytest.mark.parametrize("options", [["--price-per-hour", "nan", "--max-cost", "1e-6"], ["--max-cost", "nan"], ["--price-per-hour", "inf"]])
+def test_nan_and_infinite_prices_are_refused_before_any_prompt(options, tiny_engine):
+    """nan compares false with every limit (`--price-per-hour nan --max-cost 1e-6` ran the whole
+    query); `--max-cost nan` was an internal error; `--price-per-hour inf` was refused only after
+    32 prompts ran."""
+    from click.testing import CliRunner
+
+    from aisql.cli import main
+
+    passes = tiny_engine.stats.forward_passes
+    done = CliRunner().invoke(main, ["run", "--model", "tiny", "--no-cache", "-e", "SELECT AI.IF('x')"] + options)
+    assert done.exit_code != 0 and "is not a finite number" in done.output
+    con = aisql.Connection(engine=tiny_engine, cache=False)
+    settings = dict(zip([o.lstrip("-").replace("-", "_") for o in options[::2]], [float(v) for v in options[1::2]]))
+    with pytest.raises(aisql.AisqlError, match="must be a finite number"):
+        con.run("SELECT AI.IF('x')", **settings)
+    assert tiny_engine.stats.forward_passes == passes

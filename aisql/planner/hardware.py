@@ -8,6 +8,7 @@ of late 2026 and only a default: `--price-per-hour` overrides them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -28,6 +29,10 @@ class Hardware:
     naive_tokens_per_s: float | None = None
 
     def with_price(self, price_per_hour: float | None) -> "Hardware":
+        if price_per_hour is not None and not (isinstance(price_per_hour, (int, float)) and math.isfinite(price_per_hour) and price_per_hour >= 0):
+            # nan compares false with every limit (a --max-cost run ran unlimited); inf made
+            # every estimate infinite only after prompts had run
+            raise AisqlError(f"price_per_hour must be a finite number, 0 or more, got {price_per_hour!r}")
         return self if price_per_hour is None else replace(self, price_per_hour=price_per_hour)
 
 
