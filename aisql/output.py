@@ -283,9 +283,15 @@ def run_note(result, quiet: bool = False) -> str | None:
 
 
 def _warn_truncated(stats) -> None:
-    truncated = stats.totals()["prompts_truncated"]
+    truncated = sum(n.prompts_truncated for n in stats.nodes if n.model_kind == "llm")
     if truncated:
         stderr.print(f"[yellow]warning: {truncated:,} prompts were cut to fit the model's context (--on-overflow truncate)[/yellow]")
+    embedded = sum(n.prompts_truncated for n in stats.nodes if n.model_kind == "embedding")
+    if embedded:
+        stderr.print(
+            f"[yellow]warning: {embedded:,} texts were longer than the embedding model reads: embedded from their "
+            "first max_seq_length tokens (texts differing only after that compare as equal)[/yellow]"
+        )
 
 
 def approximate_note(stats) -> str | None:

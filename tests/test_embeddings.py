@@ -72,6 +72,9 @@ def test_vendor_spellings(make_connection):
         ("SELECT AI.SIMILARITY(review, review, colour => 'red') FROM reviews", "unknown argument 'colour'"),
         ("SELECT AI.EMBED() FROM reviews", "needs 1 content argument"),
         ("SELECT AI.EMBED(review, endpoint => 3) FROM reviews", "endpoint must be a model name"),
+        # a vector is no text: this used to embed the vectors' printed text (0.98 for every row)
+        ("SELECT AI.SIMILARITY(AI.EMBED(review), AI.EMBED(review)) FROM reviews", "compares texts; AI.EMBED(review) is a vector"),
+        ("SELECT AI.SIMILARITY(AI.EMBED(review).result, 'x') FROM reviews", "is a vector"),
     ],
 )
 def test_bad_arguments_get_one_clear_error(make_connection, sql, message):
@@ -181,3 +184,18 @@ def test_embed_planned_equals_naive(make_connection):
     assert [r["id"] for r in planned] == [r["id"] for r in naive]
     for a, b in zip(planned, naive):  # batched vs one at a time: equal within 1e-5
         assert max(abs(x - y) for x, y in zip(a["v"], b["v"])) <= 1e-5
+
+
+def test_long_texts_are_said_to_be_cut_and_cosines_stay_within_one(make_connection, capsys):
+    """Texts past the embedding model's 256 tokens were cut silently (two 100,000-word texts
+    differing at the end: similarity 1.0000000667, so acos gave NaN)."""
+    from aisql.output import ResultPrinter
+
+    con = make_connection()
+    long = "word " * 2000
+    result = con.run(f"SELECT AI.SIMILARITY('{long}alpha', '{long}omega') AS s, acos(AI.SIMILARITY('same text', 'same text')) AS a")
+    row = result.table.to_pylist()[0]
+    assert row["s"] <= 1.0 and row["a"] == row["a"]  # not NaN
+    assert sum(n.prompts_truncated for n in result.stats.nodes) == 2
+    ResultPrinter("csv").emit(result)
+    assert "2 texts were longer than the embedding model reads" in capsys.readouterr().err

@@ -108,7 +108,9 @@ class EmbeddingRuntime(NodeRuntime):
                             raise budget.stopped()
                     began = time.perf_counter()
                     with self.lock:
+                        cut = embedder.texts_truncated
                         vectors, lengths = embedder.embed(chunk)
+                        stats.prompts_truncated += embedder.texts_truncated - cut
                     fresh = {t: Answer(value=v, cost=n) for t, v, n in zip(chunk, vectors, lengths)}
                     self.store.put_many(self.store_key, fresh)  # the checkpoint
                     known.update(fresh)
@@ -174,7 +176,8 @@ class EmbeddingRuntime(NodeRuntime):
         matrix = self._unit_matrix()
         left = matrix[[self.index[a] for a, _ in texts]]
         right = matrix[[self.index[b] for _, b in texts]]
-        return np.einsum("ij,ij->i", left.astype(np.float64), right.astype(np.float64)).tolist()
+        # unit vectors in float32: a cosine may come out a rounding step above 1 (acos -> NaN)
+        return np.clip(np.einsum("ij,ij->i", left.astype(np.float64), right.astype(np.float64)), -1.0, 1.0).tolist()
 
     # ---- naive ----------------------------------------------------------------------------
     def naive_row(self, values: tuple) -> Any:
@@ -187,7 +190,9 @@ class EmbeddingRuntime(NodeRuntime):
         vectors = []
         for text in texts:
             with self.lock:
+                cut = embedder.texts_truncated
                 (vector,), (length,) = embedder.embed([text])
+                self.stats.prompts_truncated += embedder.texts_truncated - cut
             vectors.append(vector)
             self.stats.prompts_total += 1
             self.stats.prompts_unique += text not in self.seen_texts
@@ -201,7 +206,7 @@ class EmbeddingRuntime(NodeRuntime):
         if not self.is_similarity:
             return vectors[0]
         a, b = (_unit(v).astype(np.float64) for v in vectors)
-        return float(np.dot(a, b))
+        return float(np.clip(np.dot(a, b), -1.0, 1.0))
 
 
 def _unit(vector: Sequence[float]) -> np.ndarray:

@@ -59,6 +59,7 @@ def bind_statement(
             raise _at(err, source, node) from None
         if raw is not None:
             raw_calls.append(raw)
+    _refuse_vectors_as_contents(raw_calls, source)
     ids = {id(raw.node): f"ai_{first_call_number + i}" for i, raw in enumerate(raw_calls)}
     scopes = QueryScopes(ast)
     names = _output_names(ast, {id(raw.node) for raw in raw_calls})
@@ -163,6 +164,25 @@ def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceT
         endpoint=vendor.endpoint,
         notes=vendor.notes,
     )
+
+
+def _refuse_vectors_as_contents(raw_calls: list[RawAICall], source: SourceText) -> None:
+    """AI.SIMILARITY(AI.EMBED(a), AI.EMBED(b)): a content is text; an AI.EMBED inside one is a
+    vector, and embedding the vector's printed text compares nothing (0.98 for every row)."""
+    comparing = {id(raw.node): raw for raw in raw_calls if raw.function.contents}
+    for raw in raw_calls:
+        if raw.function.name != "EMBED":
+            continue
+        parent = raw.node.parent
+        while parent is not None and id(parent) not in comparing:
+            parent = parent.parent
+        if parent is not None:
+            outer = comparing[id(parent)]
+            raise BindError(
+                f"{outer.spelling} compares texts; {raw.node.sql(dialect='bigquery')} is a vector",
+                **source.at(raw.node),
+                hint="pass the texts themselves, or compare vectors with list_cosine_similarity(AI.EMBED(a).result, AI.EMBED(b).result)",
+            )
 
 
 def _bind_contents(spelling: str, contents: exp.Tuple, source: SourceText):

@@ -122,6 +122,7 @@ class Embedder:
         self.lock = threading.Lock()
         self.texts_embedded = 0
         self.tokens_embedded = 0
+        self.texts_truncated = 0  # texts longer than max_seq_length: embedded from their first max_seq_length tokens
         self.max_tokens = int(getattr(self.model, "max_seq_length", 0) or 0)
 
     def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], list[int]]:
@@ -131,7 +132,13 @@ class Embedder:
             return [], []
         with self.lock:
             vectors = self.model.encode(list(texts), batch_size=BATCH_SIZE, convert_to_numpy=True, show_progress_bar=False)
-            lengths = [len(ids) for ids in self.model.tokenizer(list(texts), truncation=True, max_length=self.max_tokens or None)["input_ids"]]
+            # one token past the model's window tells a text the model cuts (it reads only the
+            # first max_seq_length tokens): counted, so the run can say so
+            limit = self.max_tokens + 1 if self.max_tokens else None
+            lengths = [len(ids) for ids in self.model.tokenizer(list(texts), truncation=limit is not None, max_length=limit)["input_ids"]]
+            if self.max_tokens:
+                self.texts_truncated += sum(1 for n in lengths if n > self.max_tokens)
+                lengths = [min(n, self.max_tokens) for n in lengths]
         self.texts_embedded += len(texts)
         self.tokens_embedded += sum(lengths)
         return [row.astype("float32").tolist() for row in vectors], lengths
