@@ -357,3 +357,30 @@ def test_labels_questions_and_params_that_spell_special_tokens_stay_data(tiny_en
     assert seen
     template_specials = sum(1 for t in plain if t in special)
     assert all(sum(1 for t in ids if t in special) == template_specials for ids in seen)
+
+
+def test_labels_that_begin_other_labels_are_scored_as_complete_answers(tiny_engine, monkeypatch):
+    """AI.CLASSIFY(q, ['1', '7', '10']) returned '1' when the model says "10": the one-token label
+    took the longer label's probability. Where a label's ids begin another's, every label ends
+    with the end of the answer; labels that do not keep their ids (IF, most CLASSIFY: unchanged)."""
+    import math
+
+    import aisql
+    from aisql.engine.base import LabelScores
+    from aisql.engine.model.prompt_format import encode_labels
+
+    end = tiny_engine.format.end_of_answer
+    one, ten, seven = (tiny_engine.encode_label(t) for t in ("1", "10", "7"))
+    assert ten[: len(one)] == one  # "10" begins with "1" in this tokenizer
+    assert encode_labels(tiny_engine.encode_label, end, ["1", "7", "10"], "") == (one + (end,), seven + (end,), ten + (end,))
+    assert encode_labels(tiny_engine.encode_label, end, ["yes", "no"], "") == (tiny_engine.encode_label("yes"), tiny_engine.encode_label("no"))
+
+    # A model that answers "10": P("1") = 0.9, P("7") = 0.1; after "1": P("0") = 0.8, P(end) = 0.2.
+    probability = {one: 0.9, seven: 0.1, ten: 0.9 * 0.8, one + (end,): 0.9 * 0.2, ten + (end,): 0.9 * 0.8, seven + (end,): 0.1}
+
+    def says_ten(requests, reuse=True):
+        return [LabelScores(tuple(math.log(probability[ids]) for ids in r.label_ids)) for r in requests]
+
+    monkeypatch.setattr(tiny_engine, "score", says_ten)
+    con = aisql.Connection(engine=tiny_engine, cache=False)
+    assert con.run("SELECT AI.CLASSIFY('What is 5 + 5?', ['1', '7', '10']) AS c").table.to_pylist() == [{"c": "10"}]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from aisql.engine.model.prompt_format import encode_labels
 from aisql.engine.base import Engine
 from aisql.errors import ModelError
 from aisql.executor.answer_store import Answer
@@ -44,7 +45,7 @@ def prepare(
     if not texts:
         return []
     ids = engine.encode_prompts(task.framing, list(texts))
-    label_ids = tuple(engine.encode_label(label, task.framing) for label in task.labels) if kind_of(task).labels else ()
+    label_ids = encode_labels(engine.encode_label, engine.format.end_of_answer, task.labels, task.framing) if kind_of(task).labels else ()
     items = [_fit(engine, task, text, prompt, label_ids, on_overflow) for text, prompt in zip(texts, ids)]
     if group_by is None:
         return sorted(items, key=lambda p: p.ids)

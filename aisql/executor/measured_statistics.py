@@ -15,6 +15,7 @@ from typing import Callable
 
 import duckdb
 
+from aisql.engine.model.prompt_format import encode_labels
 from aisql.engine.base import ModelFacts
 from aisql.executor.request_kinds import kind_of
 from aisql.planner.inputs import ungrouped_input_sql
@@ -254,7 +255,7 @@ class MeasuredStatistics:
                 previous = count
             tails.append(counts[-1] - previous)
         n = max(1, len(sample or []))
-        label_tails = sum(len(self.facts.encode_label(label, task.framing)) - 1 for label in task.labels)
+        label_tails = sum(len(label) - 1 for label in encode_labels(self.facts.encode_label, fmt.end_of_answer, task.labels, task.framing))
         output = node.call.function.output_tokens(node.call.options)
         first_literal = float(fmt.count_tokens([template.parts[1]])[0]) if len(template.parts) > 1 and template.parts[1] else 0.0
         leading = self._leading_growth(fmt, before, template, sample, shared)
@@ -301,7 +302,7 @@ class MeasuredStatistics:
                 return None
             rest = rows[len(head) :]
             ids = ids + fmt.encode_prompts(task.framing, [node.call.template.render(values) for values, _ in rest])
-        tails = [tuple(self.facts.encode_label(label, task.framing))[:-1] for label in task.labels] if kind_of(task).labels else []
+        tails = [label[:-1] for label in encode_labels(self.facts.encode_label, fmt.end_of_answer, task.labels, task.framing)] if kind_of(task).labels else []
         tails = list(dict.fromkeys(tails)) or [()]
         return [tuple(prompt) + tail for prompt in ids for tail in tails]
 

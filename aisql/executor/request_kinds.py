@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from aisql.engine.model.prompt_format import encode_labels
 from aisql.engine.base import Engine, GenerateRequest, ScoreRequest
 from aisql.executor.answer_store import Answer
 from aisql.functions import Request, Task
@@ -49,7 +50,7 @@ class RequestKind:
 def _score(engine: Engine, task: Task, items: Sequence["Prepared"], naive: bool) -> dict[str, Answer]:
     """Each prompt's labels scored in one forward pass."""
     function = task.function
-    label_ids = tuple(engine.encode_label(label, task.framing) for label in task.labels)
+    label_ids = encode_labels(engine.encode_label, engine.format.end_of_answer, task.labels, task.framing)
     requests = [ScoreRequest(p.ids, label_ids) for p in items]
     answers = {}
     for item, request, scores in zip(items, requests, engine.score(requests, reuse=not naive)):

@@ -76,6 +76,11 @@ class PromptFormat:
         return tuple(self.tokenizer(prefix + label, add_special_tokens=False, split_special_tokens=True)["input_ids"])
 
     @property
+    def end_of_answer(self) -> int | None:
+        """The token that ends the model's answer (its end of turn in a chat template, else end of text)."""
+        return getattr(self.tokenizer, "eos_token_id", None)
+
+    @property
     def special_strings(self) -> tuple[str, ...]:
         """The texts of the tokenizer's special tokens."""
         if not hasattr(self, "_special_strings"):
@@ -186,6 +191,19 @@ class PromptFormat:
         except Exception:  # templates without a system role
             merged = [{"role": "user", "content": f"{framing.system}\n\n{user}" if framing.system else user}]
             return self.tokenizer.apply_chat_template(merged, **kwargs)
+
+
+def encode_labels(encode_label, end_of_answer: int | None, labels: Sequence[str], framing: FramingLike) -> tuple[tuple[int, ...], ...]:
+    """Each label's token ids as an answer. Where one label's ids begin another's ("1" and
+    "10"), a label's likelihood alone would also count the answers that go on (the model saying
+    "10" makes "1" likely): every label then ends with the end of the answer, so each is scored
+    as a complete answer. Labels none of which begins another keep their ids (disjoint answers
+    already; the same scores and token counts as before)."""
+    ids = [tuple(encode_label(label, framing)) for label in labels]
+    prefixed = any(len(a) < len(b) and b[: len(a)] == a for a in ids for b in ids)
+    if prefixed and end_of_answer is not None:
+        ids = [label + (end_of_answer,) for label in ids]
+    return tuple(ids)
 
 
 class EncodesPrompts:
