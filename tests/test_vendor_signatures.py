@@ -10,7 +10,7 @@ import pytest
 import aisql
 from aisql.engine.decoding.constrained import GRAMMARS, constraint_for
 from aisql.errors import AisqlError, BindError
-from aisql.functions.ai_score import scale_in_text
+from aisql.functions.ai_score import AmbiguousScale, scale_in_text
 
 
 @pytest.fixture
@@ -101,6 +101,20 @@ def test_score_scale_from_the_prompt_or_an_option():
     assert scale_in_text("Score from 1 to 5 how much ...") == (1, 5)
     assert scale_in_text("Rate it 0 to 10.") == (0, 10)
     assert scale_in_text("no numbers here") is None
+    # the first "N to M" used to win: 18..65 here, with no word on the run
+    assert scale_in_text("For ages 18 to 65, rate from 1 to 5") == (1, 5)
+    assert scale_in_text("Rate from 1 to 5. Use 1 to 2 for bad ones") == (1, 5)
+    with pytest.raises(AmbiguousScale):
+        scale_in_text("On a scale of 1 to 10 rate people aged 18 to 65")
+
+
+def test_a_scale_read_from_the_prompt_is_said_and_an_ambiguous_one_refused(tiny_engine):
+    con = aisql.Connection(engine=tiny_engine, cache=False)
+    notes = con.run("SELECT AI.SCORE('For ages 18 to 65, rate from 1 to 5 this plan') AS s").stats.notes
+    assert any("scale 1 to 5 read from the prompt" in n for n in notes)
+    with pytest.raises(BindError, match="several ranges .*which is the scale"):
+        con.run("SELECT AI.SCORE('On a scale of 1 to 10 rate people aged 18 to 65') AS s")
+    assert not any("read from the prompt" in n for n in con.run("SELECT AI.SCORE('x', {'scale': [1, 3]}) AS s").stats.notes)
 
 
 def test_score_is_an_expectation_in_one_pass_and_planned_equals_naive(tiny_engine):

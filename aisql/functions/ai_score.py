@@ -8,8 +8,10 @@ probabilities renormalised over the scale. So `ORDER BY AI.SCORE(...) LIMIT k` a
 answer "4" still rank by how sure it is. Values written with several tokens in the model's
 tokenizer ("10") are scored by their full likelihood, as AI.CLASSIFY's labels are.
 
-The scale: the option `{'scale': [1, 10]}`, else the first "N to M" in the prompt's text
-(BigQuery's rubrics say "Score from 1 to 5 ..."), else an error. At most 101 values.
+The scale: the option `{'scale': [1, 10]}`, else the "N to M" the prompt's text states
+(BigQuery's rubrics say "Score from 1 to 5 ..."; of several, the one a rating word leads: "For
+ages 18 to 65, rate from 1 to 5" is 1..5; several equally plausible are an error), said in a
+note on the run; else an error. At most 101 values.
 
 Framing as AI.IF's (chosen by measured accuracy, benchmarks/RESULTS.md §10): the prompt under
 the model's own system message, the reply begun "The score is:", each value scored after a space.
@@ -50,10 +52,35 @@ def check_scale(spelling: str, low: Any, high: Any) -> tuple[int, int]:
     return low, high
 
 
+_RATING_WORDS = re.compile(r"\b(rat(e|ing)|scor(e|ing)|scale|grade|grading|rank|from)\b", re.IGNORECASE)
+
+
 def scale_in_text(text: str) -> tuple[int, int] | None:
-    """The first "N to M" in a prompt's text, e.g. "Score from 1 to 5 ..." -> (1, 5)."""
-    match = _RANGE.search(text)
-    return (int(match.group(1)), int(match.group(2))) if match else None
+    """The scale a prompt's text states: its one "N to M" ("Score from 1 to 5 ..." -> (1, 5)), or,
+    where it holds several ("For ages 18 to 65, rate from 1 to 5"), the one a rating word
+    (rate, score, scale, grade, from) leads in the same clause. None: no "N to M" at all.
+    Raises AmbiguousScale where several are equally plausible."""
+    matches = list(_RANGE.finditer(text))
+    if len(matches) <= 1:
+        return (int(matches[0].group(1)), int(matches[0].group(2))) if matches else None
+    rated = [m for m in matches if _RATING_WORDS.search(_clause_before(text, m.start()))]
+    led = [m for m in rated if re.search(r"\b(rat(e|ing)|scor(e|ing)|scale|grade|grading|rank)\b", _clause_before(text, m.start()), re.IGNORECASE)]
+    chosen = led or rated
+    if len(chosen) == 1:
+        return int(chosen[0].group(1)), int(chosen[0].group(2))
+    raise AmbiguousScale([m.group(0) for m in (chosen or matches)])
+
+
+def _clause_before(text: str, position: int) -> str:
+    """The words before `position` back to the clause's start (a comma, a full stop, a colon)."""
+    start = max(text.rfind(mark, 0, position) for mark in ",.;:!?\n")
+    return text[start + 1 : position]
+
+
+class AmbiguousScale(ValueError):
+    def __init__(self, candidates: list[str]) -> None:
+        super().__init__(candidates)
+        self.candidates = candidates
 
 
 def _prompt_text(prompt: exp.Expression) -> str:
@@ -80,13 +107,21 @@ class AiScore(AIFunction):
     def bind_arguments(self, spelling, positional, named):
         prompt, options, hints, vendor = super().bind_arguments(spelling, positional, named)
         if options.scale is None:
-            scale = scale_in_text(_prompt_text(prompt))
+            try:
+                scale = scale_in_text(_prompt_text(prompt))
+            except AmbiguousScale as err:
+                raise BindError(
+                    f"{spelling}: the prompt states several ranges ({', '.join(repr(c) for c in err.candidates)}); which is the scale?",
+                    hint="give it as an option, e.g. AI.SCORE(prompt, {'scale': [1, 5]})",
+                ) from None
             if scale is None:
                 raise BindError(
                     f"{spelling}: no scale: write it in the prompt ('from 1 to 5') or give it as an option",
                     hint="e.g. AI.SCORE(('Rate from 1 to 5: ', review)) or AI.SCORE(review, {'scale': [1, 5]})",
                 )
             options = dataclasses.replace(options, scale=check_scale(spelling, *scale))
+            # said on the run: the scale decides every value, and it was read, not given
+            vendor = dataclasses.replace(vendor, notes=vendor.notes + (f"{spelling}: scale {scale[0]} to {scale[1]} read from the prompt's text",))
         return prompt, options, hints, vendor
 
     def read_options(self, spelling: str, positional: list[exp.Expression], named: dict[str, exp.Expression]) -> ScoreOptions:
