@@ -241,3 +241,24 @@ def test_json_nested_100000_deep_is_a_400_without_recursion():
     with pytest.raises(ApiError) as raised:
         parse_completion(b'{"model": "tiny", "prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
     assert raised.value.status == 400 and "not valid JSON" in raised.value.message
+
+
+@pytest.mark.parametrize(
+    "message, what",
+    [
+        ({"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, "tool calls"),
+        ({"role": "tool", "tool_call_id": "c1", "content": "42"}, r"a tool result \(role .tool.\)"),
+        ({"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}}, "tool calls"),
+    ],
+)
+def test_tool_history_is_refused_not_dropped(message, what):
+    """An assistant message with tool_calls and a role 'tool' message used to be dropped
+    silently: the model answered as if the call never happened."""
+    from aisql.serve.protocol import ApiError, parse_chat
+
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "What is f()?"}, message, {"role": "user", "content": "So?"}]}
+    with pytest.raises(ApiError, match=f"messages\\[1\\] holds {what}; this server runs no tools") as err:
+        parse_chat(json.dumps(body).encode())
+    assert err.value.param == "messages[1]"
+    plain = {"model": MODEL, "messages": [{"role": "assistant", "content": "hi", "tool_calls": []}]}
+    assert parse_chat(json.dumps(plain).encode()).messages == [{"role": "assistant", "content": "hi"}]

@@ -181,6 +181,12 @@ def parse_chat(raw: bytes, *, default_max_tokens: int | None = None) -> ChatRequ
     body = _validate(ChatBody, raw)
     messages = []
     for i, message in enumerate(body.messages):
+        extra = message.model_extra or {}
+        if message.role == "tool" or extra.get("tool_calls") or extra.get("function_call") or message.role == "function":
+            # the server offers no tools ('tools' is refused): a tool call or result in the
+            # history would be dropped silently and the answer given as if it never happened
+            what = "a tool result (role 'tool')" if message.role == "tool" else "tool calls"
+            raise ApiError(f"messages[{i}] holds {what}; this server runs no tools", param=f"messages[{i}]")
         content = message.content
         if isinstance(content, list):
             content = "".join(part.text for part in content)
