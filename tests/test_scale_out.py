@@ -307,3 +307,17 @@ def test_max_prompts_holds_with_shards_in_flight(pool_con):
     with pytest.raises(BudgetExceeded, match="--max-prompts 10") as stop:
         answering.answer_texts(counts, _score_task(), seen=set(), progress=("n1", "AI.IF"), key="budget-test")
     assert len(store) == stop.value.counts.prompts_evaluated == 10  # exactly the limit answered, and kept
+
+
+def test_worker_and_raylet_lines_never_reach_stdout(capsys, monkeypatch):
+    """Ray forwarded '(raylet) A worker died ...' to the driver's stdout, inside a CSV written
+    with `--format csv > out.csv`: the pool sends every forwarded line to stderr."""
+    ray_worker = pytest.importorskip("ray._private.worker")
+    from aisql.executor.cluster import pool
+
+    monkeypatch.setattr(ray_worker, "print_to_stdstream", ray_worker.print_to_stdstream)  # restored afterwards
+    assert pool._worker_logs_to_stderr() is True
+    line = {"ip": "127.0.0.1", "pid": "raylet", "lines": ["A worker died or was killed while executing a task"], "is_err": False, "job": "01", "actor_name": "", "task_name": ""}
+    ray_worker.print_to_stdstream(line, ignore_prefix=False)
+    captured = capsys.readouterr()
+    assert captured.out == "" and "A worker died" in captured.err

@@ -176,7 +176,10 @@ class WorkerPool:
             self._joined(slot, self._get(slot.starting, slot))
 
     def _init_runtime(self, ray) -> None:
-        kwargs = {"logging_level": logging.ERROR, "log_to_driver": True}
+        # Ray prints what workers and raylets say ("(raylet) A worker died ...") to the driver's
+        # stdout: inside `--format csv > out.csv` data. Data goes to stdout only: their lines go
+        # to stderr, or (where Ray's printer cannot be redirected) stay in the workers' logs.
+        kwargs = {"logging_level": logging.ERROR, "log_to_driver": _worker_logs_to_stderr()}
         if self.options.address:
             try:
                 with warnings.catch_warnings():  # its timeout warning says what the error below says
@@ -445,3 +448,25 @@ def _first_line(err: BaseException) -> str:
 def _host_port(spec: str) -> bool:
     host, sep, port = spec.rpartition(":")
     return bool(sep and host and port.isdigit())
+
+
+def _worker_logs_to_stderr() -> bool:
+    """Send the lines Ray forwards from workers and raylets to stderr, whatever stream they came
+    from. Ray registers its printer when it connects, by module name: replaced before ray.init.
+    False (forward nothing) if this Ray has no such printer."""
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:
+        return False
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None:
+        return False
+    if getattr(original, "_aisql_to_stderr", False):
+        return True
+
+    def to_stderr(data, ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr._aisql_to_stderr = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = to_stderr
+    return True
