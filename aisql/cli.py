@@ -474,6 +474,7 @@ def _open_cache(path: str | None):
 @click.option("--served-model-name", metavar="NAME", help="The model name clients send (default: the model spec).")
 @click.option("--api-key", "api_keys", multiple=True, metavar="KEY", envvar="AISQL_API_KEY", help="Require 'Authorization: Bearer KEY' (repeatable; also $AISQL_API_KEY).")
 @click.option("--cache-isolation", type=click.Choice(["per-key", "shared"]), help="Prefix cache per API key or shared (default: per-key with several keys).")
+@click.option("--metrics-key", "metrics_keys", multiple=True, metavar="KEY", envvar="AISQL_METRICS_KEY", help="The operator's token for GET /metrics (repeatable; also $AISQL_METRICS_KEY). With several --api-key and none of these, /metrics is closed: it shows every tenant's cache reuse.")
 @click.option("--max-running", default=64, show_default=True, type=click.IntRange(min=1), help="Requests decoded together at most.")
 @click.option("--prefill-chunk", default=2048, show_default=True, type=click.IntRange(min=16), help="Prompt tokens prefilled between two decode passes.")
 @click.option("--max-kv-tokens", type=click.IntRange(min=1), metavar="N", help="Admit requests while running ones need at most N tokens of KV (default: the KV budget's worth).")
@@ -483,7 +484,7 @@ def _open_cache(path: str | None):
 @click.option("--debug", is_flag=True, hidden=True)
 @_handle_errors
 def serve(
-    model, host, port, served_model_name, api_keys, cache_isolation, device, dtype, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
+    model, host, port, served_model_name, api_keys, metrics_keys, cache_isolation, device, dtype, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
     max_running, prefill_chunk, max_kv_tokens, max_body_size, max_connections, read_timeout, debug,
 ):
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
@@ -496,6 +497,10 @@ def serve(
     limits = RequestLimits(max_body_bytes=parse_size(max_body_size))
     if any(not key.strip() for key in api_keys):
         raise AisqlError("--api-key must not be empty")
+    if any(not key.strip() for key in metrics_keys):
+        raise AisqlError("--metrics-key must not be empty")
+    if set(metrics_keys) & set(api_keys):
+        raise AisqlError("a --metrics-key must not also be an --api-key", hint="the operator's key sees every tenant's counters")
     resolved = resolve_model(model, warn=lambda line: stderr.print(f"[yellow]note:[/yellow] {_escape(line)}"))
     if resolved.backend not in ("hf", "gguf"):  # decided before any weights load or any server is contacted
         raise AisqlError(
@@ -507,7 +512,7 @@ def serve(
     name = served_model_name or engine.info.name
     server = OpenAIServer(
         engine, name, max_running=max_running, prefill_chunk=prefill_chunk, max_kv_tokens=max_kv_tokens,
-        api_keys=api_keys, cache_isolation=cache_isolation, limits=limits,
+        api_keys=api_keys, cache_isolation=cache_isolation, limits=limits, metrics_keys=metrics_keys,
     )
     if engine.info.note:
         stderr.print(f"[yellow]note:[/yellow] model {_escape(name)}: {_escape(engine.info.note)}")

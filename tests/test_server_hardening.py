@@ -181,6 +181,31 @@ def test_api_keys_and_cache_isolation(engine):
         assert probe.usage.prompt_tokens_details.cached_tokens == 0  # bob learns nothing from it
 
 
+def get_status(server, path: str, key: str | None = None) -> int:
+    request = urllib.request.Request(server.base_url + path, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_metrics_need_the_operators_key(engine):
+    """GET /metrics answered without a key on a server with --api-key, and its global prefix-hit
+    counter told one tenant when another repeated a prompt."""
+    with BackgroundServer(engine, MODEL, api_keys=("alice-key", "bob-key"), metrics_keys=("ops-key",)) as server:
+        assert get_status(server, "/metrics") == 401
+        assert get_status(server, "/metrics", "alice-key") == 403  # a tenant: would see bob's reuse
+        assert get_status(server, "/metrics", "wrong") == 401
+        assert get_status(server, "/metrics", "ops-key") == 200
+        assert get_status(server, "/health") == 200  # liveness stays open
+    with BackgroundServer(engine, MODEL, api_keys=("alice-key", "bob-key")) as server:
+        assert get_status(server, "/metrics", "alice-key") == 403  # no operator key: closed
+    with BackgroundServer(engine, MODEL, api_keys=("only-key",)) as server:
+        assert get_status(server, "/metrics") == 401
+        assert get_status(server, "/metrics", "only-key") == 200  # one tenant: nobody else to see
+
+
 def test_cache_salt_partitions_one_key(engine):
     with BackgroundServer(engine, MODEL) as server:
         client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)

@@ -11,7 +11,8 @@ Bad requests get OpenAI-style JSON errors with 4xx codes and touch nothing else.
 Limits are enforced at the edge, before any work: the body size (read incrementally, 413), JSON
 bodies only (415), prompts per request and choices in all, a prompt's length against the
 context (by characters first, so a huge text is refused without tokenizing it). With
-`--api-key`, requests need `Authorization: Bearer <key>` (401). The prefix cache is partitioned
+`--api-key`, requests need `Authorization: Bearer <key>` (401); /metrics then needs the
+operator's `--metrics-key` (a single tenant's own key also works: no one else's reuse to see). The prefix cache is partitioned
 per API key when there are several keys (or on request), and by a request's `cache_salt` (vLLM's
 extension): `usage.prompt_tokens_details.cached_tokens` tells a client how much of its prompt was
 cached, which within one partition reveals whether another client sent the same beginning.
@@ -88,14 +89,17 @@ class OpenAIServer:
         api_keys: Sequence[str] = (),
         cache_isolation: str | None = None,
         limits: RequestLimits = RequestLimits(),
+        metrics_keys: Sequence[str] = (),
     ) -> None:
         """`api_keys`: accepted Bearer tokens (none: no authentication). `cache_isolation`:
-        "per-key" (each key its own prefix cache; the default with several keys) or "shared"."""
+        "per-key" (each key its own prefix cache; the default with several keys) or "shared".
+        `metrics_keys`: the operator's tokens for /metrics (see `_authorize_metrics`)."""
         self.engine = engine
         self.model_name = model_name
         self.tokenizer = engine.tokenizer
         self.limits = limits
         self.api_keys = {key: hashlib.sha256(key.encode()).hexdigest()[:16] for key in api_keys}
+        self.metrics_keys = frozenset(metrics_keys)
         isolation = cache_isolation or ("per-key" if len(self.api_keys) > 1 else "shared")
         if isolation not in ("per-key", "shared"):
             raise ValueError(f"unknown cache isolation {isolation!r}: use per-key or shared")
@@ -106,7 +110,7 @@ class OpenAIServer:
         self.created = int(time.time())
         routes = [
             Route("/health", self._counted("health", self.health), methods=["GET"]),
-            Route("/metrics", self._counted("metrics", self.prometheus), methods=["GET"]),
+            Route("/metrics", self._counted("metrics", self.prometheus, metrics=True), methods=["GET"]),
             Route("/v1/models", self._counted("models", self.models, authenticated=True), methods=["GET"]),
             Route("/v1/completions", self._counted("completions", self.completions, authenticated=True), methods=["POST"]),
             Route("/v1/chat/completions", self._counted("chat", self.chat, authenticated=True), methods=["POST"]),
@@ -381,6 +385,26 @@ class OpenAIServer:
             raise ApiError("invalid or missing API key (Authorization: Bearer <key>)", status=401, code="invalid_api_key")
         return token.strip()
 
+    def _authorize_metrics(self, request: Request) -> None:
+        """/metrics counts the whole server's work: its prefix-cache hits tell when *another*
+        tenant repeats a prompt. Open on a server without keys (one user); with --metrics-key,
+        only that key; else only a single tenant's own key (no one else to learn about) — with
+        several API keys and no metrics key, closed (403)."""
+        if not self.api_keys and not self.metrics_keys:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
+        if token in self.metrics_keys or (not self.metrics_keys and len(self.api_keys) == 1 and token in self.api_keys):
+            return
+        if not token or (token not in self.api_keys and token not in self.metrics_keys):
+            raise ApiError("invalid or missing metrics key (Authorization: Bearer <key>)", status=401, code="invalid_api_key")
+        raise ApiError(
+            "/metrics counts every tenant's work; it needs the operator's --metrics-key, not a tenant's API key",
+            status=403,
+            code="forbidden",
+        )
+
     def _salt(self, request: Request, sampling: Sampling) -> str | None:
         """The prefix-cache partition of a request: its API key's (per-key isolation) and its cache_salt."""
         parts = []
@@ -486,11 +510,13 @@ class OpenAIServer:
             )
 
     # ---- errors ----------------------------------------------------------------------------
-    def _counted(self, endpoint: str, handler, *, authenticated: bool = False):
+    def _counted(self, endpoint: str, handler, *, authenticated: bool = False, metrics: bool = False):
         async def wrapped(request: Request) -> Response:
             try:
                 if authenticated:
                     request.scope["aisql_api_key"] = self._authorize(request)
+                if metrics:
+                    self._authorize_metrics(request)
                 response = await handler(request)
             except ApiError as err:
                 response = JSONResponse(err.body(), status_code=err.status)
