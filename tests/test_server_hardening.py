@@ -287,3 +287,13 @@ def test_tool_history_is_refused_not_dropped(message, what):
     assert err.value.param == "messages[1]"
     plain = {"model": MODEL, "messages": [{"role": "assistant", "content": "hi", "tool_calls": []}]}
     assert parse_chat(json.dumps(plain).encode()).messages == [{"role": "assistant", "content": "hi"}]
+
+
+def test_a_client_sending_a_40mb_body_reads_its_413(server):
+    """A body refused from its Content-Length used to be answered while the client was still
+    sending, and the close reset the connection: the client saw a broken pipe, not the 413.
+    The server drains a bounded amount first (RequestLimits.drain_bytes)."""
+    body = b'{"model": "tiny", "prompt": "' + b"x" * (40 << 20) + b'"}'
+    status, error = post(server, "/v1/completions", body)
+    assert status == 413 and "over the limit" in error["error"]["message"]
+    assert healthy(server)

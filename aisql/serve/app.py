@@ -47,6 +47,7 @@ DEFAULT_CHAT_MAX_TOKENS = 4096
 @dataclass(frozen=True)
 class RequestLimits:
     max_body_bytes: int = 4 << 20
+    drain_bytes: int = 64 << 20  # of a refused body read and dropped so the client reads its 413 (not a reset)
     max_prompts: int = 64  # prompts in one /v1/completions request
     max_choices: int = 128  # prompts x n
 DISCONNECT_POLL_S = 0.5
@@ -358,14 +359,31 @@ class OpenAIServer:
         limit = self.limits.max_body_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self._drain(request, int(declared))
             raise ApiError(f"the request body is over the limit of {limit:,} bytes", status=413)
         chunks, size = [], 0
-        async for chunk in request.stream():
+        stream = request.stream()
+        async for chunk in stream:
             size += len(chunk)
             if size > limit:
+                await self._drain(request, None, stream)
                 raise ApiError(f"the request body is over the limit of {limit:,} bytes", status=413)
             chunks.append(chunk)
         return b"".join(chunks)
+
+    async def _drain(self, request: Request, declared: int | None, stream=None) -> None:
+        """Read and drop the rest of a refused body, up to `limits.drain_bytes`, before the 413
+        goes out: a server that answers and closes while the client is still sending resets the
+        connection, and the client sees a broken pipe instead of the 413. A body declared (or
+        found) bigger than the bound is not read: the connection closes after the answer."""
+        bound = self.limits.drain_bytes
+        if declared is not None and declared > bound:
+            return
+        drained = 0
+        async for chunk in stream if stream is not None else request.stream():
+            drained += len(chunk)
+            if drained > bound:
+                return
 
     def _check_counts(self, prompts: int, n: int) -> None:
         if prompts > self.limits.max_prompts:
