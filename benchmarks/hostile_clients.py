@@ -2,6 +2,7 @@
 mix of idle connections, slow headers, oversized bodies, bad seeds and malformed JSON.
 
     python benchmarks/hostile_clients.py [--seconds 60] [--idle 200] [--max-connections 64]
+    python benchmarks/hostile_clients.py --slowloris 100 --idle 0 --read-timeout 5 --out hostile_slowloris.json
 
 Normal clients send ordinary completions (retrying a refused connection, as HTTP clients do) and
 must all be answered — no hang, no 5xx. Reports their success rate and latency percentiles, what
@@ -29,6 +30,7 @@ MODEL = "tiny"
 class MixReport:
     normal_ok: int = 0
     normal_failed: int = 0
+    normal_resets: int = 0  # attempts refused or reset (each retried, as HTTP clients do)
     normal_5xx: int = 0
     latencies: list[float] = field(default_factory=list)
     hostile: dict[str, int] = field(default_factory=dict)
@@ -47,6 +49,7 @@ class MixReport:
             "normal_requests": total,
             "normal_success_rate": round(self.normal_ok / total, 4) if total else None,
             "normal_5xx": self.normal_5xx,
+            "normal_attempts_reset": self.normal_resets,
             "normal_latency_p50_s": pick(0.5),
             "normal_latency_p99_s": pick(0.99),
             "hostile_sent": self.hostile,
@@ -75,6 +78,8 @@ def _normal_client(base_url: str, stop: threading.Event, report: MixReport, lock
                 status = _post(base_url, body, {"Content-Type": "application/json"})
                 break
             except (ConnectionError, urllib.error.URLError, socket.timeout, OSError):
+                with lock:
+                    report.normal_resets += 1
                 time.sleep(0.05)
         with lock:
             if status == 200:
@@ -90,7 +95,7 @@ def _hostile(base_url: str, host: str, port: int, stop: threading.Event, report:
     held: list[socket.socket] = []
     kinds = ["idle", "slow_headers", "oversized", "bad_seed", "malformed", "nested", "text_plain"]
     while not stop.is_set():
-        kind = rng.choice(kinds)
+        kind = rng.choice(kinds if idle else [k for k in kinds if k not in ("idle", "slow_headers")])
         status: int | str = "sent"
         try:
             if kind in ("idle", "slow_headers"):
@@ -119,11 +124,43 @@ def _hostile(base_url: str, host: str, port: int, stop: threading.Event, report:
         sock.close()
 
 
-def run_mix(base_url: str, seconds: float, *, idle: int = 200, normal_clients: int = 4) -> MixReport:
-    """Hostile traffic and normal clients together for `seconds`; stops by itself."""
+def _slowloris(host: str, port: int, stop: threading.Event, report: MixReport, lock: threading.Lock, sockets: int, drip_s: float) -> None:
+    """`sockets` connections that each send a request one header byte every `drip_s` seconds
+    (never finishing), reopened when the server closes them: they hold connection slots."""
+    header = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 10_000
+    held: dict[socket.socket, int] = {}
+    while not stop.is_set():
+        while len(held) < sockets and not stop.is_set():
+            try:
+                held[socket.create_connection((host, port), timeout=5)] = 0
+                with lock:
+                    report.count("slowloris", "opened")
+            except OSError as err:
+                with lock:
+                    report.count("slowloris", type(err).__name__)
+                break
+        for sock in list(held):
+            try:
+                sock.sendall(header[held[sock] : held[sock] + 1])
+                held[sock] += 1
+            except OSError:
+                sock.close()
+                del held[sock]
+                with lock:
+                    report.count("slowloris", "closed_by_server")
+        stop.wait(drip_s)
+    for sock in held:
+        sock.close()
+
+
+def run_mix(base_url: str, seconds: float, *, idle: int = 200, normal_clients: int = 4, slowloris: int = 0, drip_s: float = 1.0) -> MixReport:
+    """Hostile traffic and normal clients together for `seconds`; stops by itself. `slowloris`:
+    that many dripping connections beside the rest."""
     host, port = base_url.removeprefix("http://").rsplit(":", 1)
     report, lock, stop = MixReport(), threading.Lock(), threading.Event()
     threads = [threading.Thread(target=_hostile, args=(base_url, host, int(port), stop, report, lock, idle), daemon=True)]
+    if slowloris:
+        threads.append(threading.Thread(target=_slowloris, args=(host, int(port), stop, report, lock, slowloris, drip_s), daemon=True))
     threads += [threading.Thread(target=_normal_client, args=(base_url, stop, report, lock), daemon=True) for _ in range(normal_clients)]
     for t in threads:
         t.start()
@@ -150,12 +187,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--idle", type=int, default=200)
     parser.add_argument("--max-connections", type=int, default=64)
+    parser.add_argument("--read-timeout", type=float, default=2.0)
+    parser.add_argument("--slowloris", type=int, default=0, help="dripping connections (one header byte a second) beside the mix")
+    parser.add_argument("--out", default="hostile_clients.json", help="file name under results/")
     args = parser.parse_args()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "aisql.cli", "serve", "--model", "tiny", "--port", str(port), "--max-connections", str(args.max_connections), "--read-timeout", "2"],
+        [sys.executable, "-m", "aisql.cli", "serve", "--model", "tiny", "--port", str(port), "--max-connections", str(args.max_connections), "--read-timeout", str(args.read_timeout)],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -180,7 +220,7 @@ def main() -> None:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        report = run_mix(base_url, args.seconds, idle=args.idle)
+        report = run_mix(base_url, args.seconds, idle=args.idle, slowloris=args.slowloris)
         stop.set()
         sampler.join()
         still_up = urllib.request.urlopen(base_url + "/health", timeout=10).status == 200
@@ -191,12 +231,14 @@ def main() -> None:
         "seconds": args.seconds,
         "idle_connections": args.idle,
         "max_connections": args.max_connections,
+        "read_timeout_s": args.read_timeout,
+        "slowloris_connections": args.slowloris,
         "server_rss_idle_mb": round(idle_rss, 1),
         "server_rss_peak_mb": round(peak[0], 1),
         "server_up_after": still_up,
         **report.summary(),
     }
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "hostile_clients.json")
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", args.out)
     with open(out, "w") as f:
         f.write(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

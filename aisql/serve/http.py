@@ -3,9 +3,10 @@
 uvicorn closes idle keep-alive connections, but not a connection that opens and then sends
 nothing, or sends its headers a byte at a time: thousands of those exhaust file descriptors and
 take the server down. Here every request must arrive whole within `read_timeout` seconds of its
-first byte (or of the connection), connections beyond `max_connections` are closed as they are
-accepted, and repeated log lines (an accept loop out of descriptors) are written at most once
-every few seconds.
+first byte (or of the connection); a connection beyond `max_connections` takes the slot of the
+one that has waited longest without a whole request (slowloris drips, idle keep-alives), and is
+closed on arrival only when every slot is busy answering; repeated log lines (an accept loop out
+of descriptors) are written at most once every few seconds.
 """
 
 from __future__ import annotations
@@ -24,22 +25,47 @@ def guarded_protocol(*, read_timeout: float, max_connections: int) -> type[H11Pr
         refused = 0  # connections closed on arrival: over max_connections
         timed_out = 0  # connections closed for a request that did not arrive in time
 
+        evicted = 0  # connections closed to make room: the longest still waiting for their request
+
         def connection_made(self, transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._read_timer = None
-            if len(self.connections) > max_connections:
+            self._waiting_since: float | None = self.loop.time()  # no whole request yet
+            if len(self.connections) > max_connections and not self._evict_the_slowest():
                 GuardedH11Protocol.refused += 1
                 self.connections.discard(self)
                 transport.abort()
                 return
             self._start_read_timer()
 
+        def _evict_the_slowest(self) -> bool:
+            """Room for a new connection: close the one that has waited longest without a whole
+            request (a slowloris drip, an idle keep-alive) — never one whose request the app is
+            answering. A client sending whole requests is in and out in milliseconds; slots
+            held by slow senders go to new arrivals instead of new arrivals being reset."""
+            waiting = [c for c in self.connections if c is not self and getattr(c, "_waiting_since", None) is not None]
+            if not waiting:
+                return False
+            slowest = min(waiting, key=lambda c: c._waiting_since)
+            GuardedH11Protocol.evicted += 1
+            slowest._stop_read_timer()
+            slowest.connections.discard(slowest)
+            slowest.transport.abort()
+            return True
+
         def data_received(self, data: bytes) -> None:
             if self._read_timer is None and (self.cycle is None or self.cycle.response_complete):
                 self._start_read_timer()  # the next request on a kept-alive connection
+                self._waiting_since = self.loop.time()
             super().data_received(data)
             if self.cycle is not None and not self.cycle.more_body:
                 self._stop_read_timer()  # the request is in: the app has it whole
+                self._waiting_since = None
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self._waiting_since is None:
+                self._waiting_since = self.loop.time()  # kept alive, idle until its next request
 
         def connection_lost(self, exc) -> None:
             self._stop_read_timer()
