@@ -262,3 +262,55 @@ def test_cache_commands(tmp_path: Path, monkeypatch):
     assert cleared.exit_code == 0 and "removed 190" in cleared.stderr
     with sqlite3.connect(cache) as db:
         assert db.execute("SELECT count(*) FROM answers").fetchall() == [(0,)]
+
+
+# ---- damaged caches -----------------------------------------------------------------------------
+
+SCRIBBLES = (
+    "not json",
+    '"maybe"',
+    "12345",
+    '{"v": true, "c": 5}',  # a missing key
+    '{"v": "maybe", "c": 5, "s": 0.5}',  # no IF, CLASSIFY or SCORE answers "maybe"
+    '{"v": 7, "c": 5, "s": 2.5}',  # a score that is no probability
+)
+
+
+def test_edited_or_corrupt_entries_are_asked_again_and_replaced(tmp_path: Path):
+    """Entries edited by hand used to fail the query with an internal JSONDecodeError,
+    ArrowInvalid or KeyError: each is a miss now — recomputed, replaced, and the run says so."""
+    cache = tmp_path / "answers.sqlite"
+    query = (
+        "SELECT id, AI.CLASSIFY(PROMPT('{review}'), ['praise', 'complaint']) AS kind, "
+        "AI.SCORE(PROMPT('Rate {review} from 1 to 5')) AS stars FROM reviews "
+        "WHERE id <= 20 AND AI.IF(PROMPT('{review} is positive')) ORDER BY id"
+    )
+    first = connection(cache).run(query)
+    with sqlite3.connect(cache) as db:
+        keys = [key for (key,) in db.execute("SELECT key FROM answers ORDER BY key")]
+        for i, key in enumerate(keys):
+            db.execute("UPDATE answers SET value = ? WHERE key = ?", (SCRIBBLES[i % len(SCRIBBLES)], key))
+    heard: list[str] = []
+    again = connection(cache, warn=heard.append).run(query)
+    assert again.table.equals(first.table)
+    assert again.stats.totals()["prompts_evaluated"] == len(keys)
+    assert sum(int(line.split()[1].replace(",", "")) for line in heard) == len(keys), heard
+    assert all("could not be read (edited or corrupt)" in line for line in heard)
+    heard.clear()
+    third = connection(cache, warn=heard.append).run(query)  # the entries were replaced
+    assert third.table.equals(first.table) and third.stats.totals()["prompts_evaluated"] == 0 and not heard
+
+
+def test_a_damaged_cache_file_is_one_clear_error(tmp_path: Path):
+    cache = tmp_path / "answers.sqlite"
+    connection(cache).run(HOT_LEADS)
+    with sqlite3.connect(cache) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every answer in the main file
+    data = bytearray(cache.read_bytes())
+    data[4096:] = b"\xa5" * (len(data) - 4096)  # every page after the first scribbled over
+    cache.write_bytes(bytes(data))
+    for command in (["cache", "stats"], ["cache", "clear", "--yes"]):
+        result = CliRunner().invoke(main, [*command, "--cache", str(cache)])
+        assert result.exit_code == 1, result.output
+        assert "is damaged" in result.stderr and "hint: move it aside or delete it" in result.stderr
+        assert "Traceback" not in result.output and "DatabaseError" not in result.stderr

@@ -214,3 +214,25 @@ def test_extract_nulls_planned_equals_naive_cache_and_explain(make_connection, t
     assert again.stats.totals()["prompts_evaluated"] == 0 and again.table.to_pylist() == rows
     node = make_connection().explain(sql).to_dict()["statements"][0]["ai_nodes"][0]
     assert node["prompts_unique"] == planned.stats.totals()["prompts_unique"] and node["plan"]["tokens"] > 0
+
+
+def test_a_cached_struct_is_accepted_only_in_the_schema_shape():
+    """What the result cache accepts for a STRUCT answer (aisql.executor.cache reads the rest as
+    misses): exactly what value_from_json returns for the fields."""
+    from aisql.engine.decoding.json_document import Field
+    from aisql.functions.structured_output import fits, value_from_json
+
+    fields = (Field("name", "string"), Field("year", "integer"), Field("tags", "string", array=True), Field("ok", "boolean"))
+    assert fits(fields, value_from_json(fields, '{"name": "A", "year": 1999, "tags": ["x"], "ok": true}'))
+    assert fits(fields, {"name": None, "year": None, "tags": None, "ok": None})
+    for bad in (
+        {"name": "A", "year": "1999", "tags": ["x"], "ok": True},
+        {"name": "A", "year": True, "tags": ["x"], "ok": True},
+        {"name": "A", "year": 1, "tags": "x", "ok": True},
+        {"name": "A", "year": 1, "tags": [1], "ok": True},
+        {"name": "A", "year": 1, "tags": [], "ok": 1},
+        {"name": "A", "year": 1, "tags": []},
+        {"year": 1, "name": "A", "tags": [], "ok": True},
+        ["A", 1, [], True],
+    ):
+        assert not fits(fields, bad), bad

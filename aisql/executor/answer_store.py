@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
+
+Accept = Callable[[Any], bool]  # whether a stored value is one the asking task answers with
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,9 @@ class Answer:
 class AnswerStore(Protocol):
     """`task` namespaces the answers: the model's fingerprint and the task's signature."""
 
-    def get_many(self, task: str, texts) -> dict[str, Answer]: ...
+    def get_many(self, task: str, texts, accept: Accept | None = None) -> dict[str, Answer]:
+        """The stored answers of `texts`; a value `accept` refuses (an edited or corrupt cache
+        entry) is left out, so the caller asks the model again and `put_many` replaces it."""
 
     def put_many(self, task: str, answers: dict[str, Answer]) -> None:
         """Store (and, for persistent stores, commit) the answers."""
@@ -33,11 +37,11 @@ class MemoryAnswerStore:
         self._answers: dict[tuple[str, str], Answer] = {}
         self._lock = threading.Lock()
 
-    def get_many(self, task: str, texts) -> dict[str, Answer]:
+    def get_many(self, task: str, texts, accept: Accept | None = None) -> dict[str, Answer]:
         found = {}
         for text in texts:
             answer = self._answers.get((task, text))
-            if answer is not None:
+            if answer is not None and (accept is None or accept(answer.value)):
                 found[text] = answer
         return found
 

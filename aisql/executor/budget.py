@@ -114,5 +114,6 @@ def _cached_share(node, stats, session, size: int = 64) -> float:
     if not sample:
         return 0.0
     texts = [node.call.template.render(values) for values, _ in sample]
-    found = session.store.get_many(node.call.task.store_key(session.fingerprint()), texts)
+    task = node.call.task
+    found = session.store.get_many(task.store_key(session.fingerprint()), texts, task.accepts)
     return len(found) / len(texts)

@@ -6,6 +6,10 @@ and power loss. The key hashes (model fingerprint — weights, tokenizer, quanti
 function, instruction, labels, options —, rendered prompt): a changed model or question is never
 answered from the cache. Answers are deterministic, so two processes computing the same prompt
 write the same row: `INSERT OR IGNORE` keeps the first.
+
+An entry that cannot be read back (edited by hand, a torn disk page: not JSON, a missing field,
+a value the asking task never answers with) is a miss: the prompt is asked again, the entry
+replaced, and the run says how many were.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Iterable
+import warnings
+from typing import Callable, Iterable
 
-from aisql.errors import AisqlError
-from aisql.executor.answer_store import Answer, AnswerStore, MemoryAnswerStore
+from aisql.errors import AisqlError, AisqlWarning
+from aisql.executor.answer_store import Accept, Answer, AnswerStore, MemoryAnswerStore
 from aisql.paths import cache_root
 
 SCHEMA_VERSION = 1
@@ -32,16 +37,23 @@ def default_cache_path() -> Path:
     return cache_root() / "answers.sqlite"
 
 
-def open_answer_store(cache: bool | str | os.PathLike | None) -> AnswerStore:
-    """True: the default result cache; a path: that file; False/None: memory, for this process only."""
+def open_answer_store(cache: bool | str | os.PathLike | None, warn: Callable[[str], None] | None = None) -> AnswerStore:
+    """True: the default result cache; a path: that file; False/None: memory, for this process only.
+    `warn` hears about unreadable entries (default: a Python warning)."""
     if cache is None or cache is False:
         return MemoryAnswerStore()
-    return SqliteAnswerStore(default_cache_path() if cache is True else cache)
+    return SqliteAnswerStore(default_cache_path() if cache is True else cache, warn=warn)
+
+
+_CORRUPT_HINT = "move it aside or delete it (`aisql cache clear` cannot read it either), or run with --cache PATH / --no-cache"
 
 
 class SqliteAnswerStore:
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, warn: Callable[[str], None] | None = None) -> None:
         self.path = Path(path).expanduser()
+        self._warn = warn
+        self._unreadable: set[bytes] = set()  # keys of entries that could not be read: replaced when answered again
+        self.unreadable_entries = 0  # how many were met, over this store's life
         if self.path.is_dir():
             raise CacheError(f"cache path {self.path} is a directory", hint="give a file name, e.g. answers.sqlite")
         try:
@@ -53,12 +65,11 @@ class SqliteAnswerStore:
             self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             self._retry_while_busy(self._open)
         except sqlite3.DatabaseError as err:
+            if "malformed" in str(err):
+                raise self._read_error(err) from None
             if isinstance(err, sqlite3.OperationalError):
                 raise CacheError(f"cannot use the cache file {self.path}: {err}") from None
-            raise CacheError(
-                f"cache file {self.path} is not an aisql result cache ({err})",
-                hint="point --cache at another file, or delete this one if you do not need it",
-            ) from None
+            raise CacheError(f"cache file {self.path} is not an aisql result cache ({err})", hint=_CORRUPT_HINT) from None
 
     def _open(self) -> None:
         self._db.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
@@ -98,10 +109,11 @@ class SqliteAnswerStore:
             raise CacheError(f"cache file {self.path} has schema version {version}, this aisql reads {SCHEMA_VERSION}")
 
     # ---- the AnswerStore interface -------------------------------------------------------------
-    def get_many(self, task: str, texts: Iterable[str]) -> dict[str, Answer]:
+    def get_many(self, task: str, texts: Iterable[str], accept: Accept | None = None) -> dict[str, Answer]:
         texts = list(dict.fromkeys(texts))
         keys = {_key(task, t): t for t in texts}
         found: dict[str, Answer] = {}
+        unreadable: list[bytes] = []
         ordered = list(keys)
         with self._lock:
             try:
@@ -109,10 +121,33 @@ class SqliteAnswerStore:
                     chunk = ordered[start : start + _LOOKUP_CHUNK]
                     marks = ",".join("?" * len(chunk))
                     for key, value in self._db.execute(f"SELECT key, value FROM answers WHERE key IN ({marks})", chunk):
-                        found[keys[bytes(key)]] = _decode(value)
-            except sqlite3.Error as err:
-                raise CacheError(f"cannot read the result cache {self.path}: {err}") from None
+                        key = bytes(key)
+                        answer = _decode(value)
+                        if answer is None or (accept is not None and not _accepted(accept, answer.value)):
+                            unreadable.append(key)
+                        elif key in keys:
+                            found[keys[key]] = answer
+            except sqlite3.DatabaseError as err:
+                raise self._read_error(err) from None
+            self._unreadable.update(unreadable)
+        if unreadable:
+            self.unreadable_entries += len(unreadable)
+            self._say(
+                f"warning: {len(unreadable):,} cached answers in {self.path} could not be read (edited or corrupt): "
+                "asked the model again, and replaced"
+            )
         return found
+
+    def _say(self, message: str) -> None:
+        if self._warn is not None:
+            self._warn(message)
+        else:
+            warnings.warn(message.removeprefix("warning: "), AisqlWarning, stacklevel=3)
+
+    def _read_error(self, err: sqlite3.DatabaseError) -> CacheError:
+        if isinstance(err, sqlite3.OperationalError) and "malformed" not in str(err):
+            return CacheError(f"cannot read the result cache {self.path}: {err}")
+        return CacheError(f"the result cache {self.path} is damaged ({err})", hint=_CORRUPT_HINT)
 
     def put_many(self, task: str, answers: dict[str, Answer]) -> None:
         """Commit `answers` in one transaction: after it returns they survive a crash."""
@@ -121,11 +156,15 @@ class SqliteAnswerStore:
         now = time.time()
         rows = [(_key(task, text), task, _encode(answer), now) for text, answer in answers.items()]
         with self._lock:
+            replacing = [row for row in rows if row[0] in self._unreadable]  # entries found unreadable
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
                     self._db.executemany("INSERT OR IGNORE INTO answers VALUES (?, ?, ?, ?)", rows)
+                    if replacing:
+                        self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?)", replacing)
                     self._db.execute("COMMIT")
+                    self._unreadable.difference_update(row[0] for row in replacing)
                 except BaseException:
                     if self._db.in_transaction:
                         self._db.execute("ROLLBACK")
@@ -139,23 +178,32 @@ class SqliteAnswerStore:
     # ---- maintenance ------------------------------------------------------------------------
     def stats(self) -> dict:
         with self._lock:
-            entries = self._db.execute("SELECT count(*) FROM answers").fetchall()[0][0]
-            tasks = self._db.execute("SELECT count(DISTINCT task) FROM answers").fetchall()[0][0]
-            oldest, newest = self._db.execute("SELECT min(created), max(created) FROM answers").fetchall()[0]
+            try:
+                entries = self._db.execute("SELECT count(*) FROM answers").fetchall()[0][0]
+                tasks = self._db.execute("SELECT count(DISTINCT task) FROM answers").fetchall()[0][0]
+                oldest, newest = self._db.execute("SELECT min(created), max(created) FROM answers").fetchall()[0]
+            except sqlite3.DatabaseError as err:
+                raise self._read_error(err) from None
         size = sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file())
         return {"path": str(self.path), "entries": entries, "tasks": tasks, "bytes": size, "oldest": oldest, "newest": newest}
 
     def clear(self) -> int:
-        with self._lock:
-            removed = self._db.execute("SELECT count(*) FROM answers").fetchall()[0][0]
-            self._db.execute("DELETE FROM answers")
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        self._db.execute("VACUUM")
+        try:
+            with self._lock:
+                removed = self._db.execute("SELECT count(*) FROM answers").fetchall()[0][0]
+                self._db.execute("DELETE FROM answers")
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._db.execute("VACUUM")
+        except sqlite3.DatabaseError as err:
+            raise self._read_error(err) from None
         return removed
 
     def integrity(self) -> str:
         with self._lock:
-            return self._db.execute("PRAGMA integrity_check").fetchall()[0][0]
+            try:
+                return self._db.execute("PRAGMA integrity_check").fetchall()[0][0]
+            except sqlite3.DatabaseError as err:
+                raise self._read_error(err) from None
 
     def close(self) -> None:
         with self._lock:
@@ -174,6 +222,24 @@ def _encode(answer: Answer) -> str:
     return json.dumps({"v": answer.value, "c": answer.cost, "s": answer.score})
 
 
-def _decode(value: str) -> Answer:
-    data = json.loads(value)
-    return Answer(value=data["v"], cost=data["c"], score=data["s"])
+def _decode(value) -> Answer | None:
+    """The answer an entry holds, or None when it is not one `_encode` writes."""
+    try:
+        data = json.loads(value)
+    except (TypeError, ValueError, RecursionError):  # not JSON, not text, nested past the parser
+        return None
+    if not isinstance(data, dict) or data.keys() != {"v", "c", "s"}:
+        return None
+    cost, score = data["c"], data["s"]
+    if type(cost) is not int or cost < 0:
+        return None
+    if score is not None and (type(score) not in (int, float) or not 0.0 <= score <= 1.0):
+        return None
+    return Answer(value=data["v"], cost=cost, score=score)
+
+
+def _accepted(accept: Accept, value) -> bool:
+    try:
+        return bool(accept(value))
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError):
+        return False

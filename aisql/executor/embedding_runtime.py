@@ -37,6 +37,21 @@ def embedding_store_key(embeddings: EmbeddingSource) -> str:
     return f"{embeddings.embedding_model().fingerprint}/{EMBEDDING_TASK}"
 
 
+def vector_check(embeddings: EmbeddingSource):
+    """Whether a stored value is one of this model's vectors (a cache entry that is not is
+    embedded again): a list of `dimension` numbers."""
+    dimension = embeddings.embedding_model().dimension
+
+    def accepts(value) -> bool:
+        return (
+            isinstance(value, list)
+            and len(value) == dimension
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+        )
+
+    return accepts
+
+
 class EmbeddingRuntime(NodeRuntime):
     def __init__(self, node, embeddings: EmbeddingSource, answering: Answering) -> None:
         super().__init__(node, answering)  # its store, lock and options; the embedding model is `embeddings`
@@ -91,7 +106,7 @@ class EmbeddingRuntime(NodeRuntime):
         stats.prompts_unique += len(new)
         self.seen_texts.update(new)
         wanted = [t for t in usage if t not in self.index]
-        known = self.store.get_many(self.store_key, wanted) if wanted else {}
+        known = self.store.get_many(self.store_key, wanted, vector_check(self.embeddings)) if wanted else {}
         stats.prompts_cached += sum(1 for t in new if t in known)
         todo = sorted(t for t in wanted if t not in known)
         if todo:
@@ -224,7 +239,7 @@ def vectors_for(texts: Sequence[str], embeddings: EmbeddingSource, answering: An
     key = embedding_store_key(embeddings)
     store, lock = answering.store, answering.lock
     chunk = max(1, answering.options.checkpoint_every)
-    known = {t: a.value for t, a in store.get_many(key, list(texts)).items()}
+    known = {t: a.value for t, a in store.get_many(key, list(texts), vector_check(embeddings)).items()}
     todo = sorted(t for t in set(texts) if t not in known)
     for start in range(0, len(todo), chunk):
         part = todo[start : start + chunk]

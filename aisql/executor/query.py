@@ -145,11 +145,11 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         if stats is not None:
             # First against an estimate that runs no model (not even selectivity samples),
             # then against the sampled plan that will run.
-            with stats.sampling_paused():
+            with stats.sampling_paused():  # the checks too: nothing is paid before they pass
                 unsampled = plan_statement(bound, PlanningContext(stats))
-            check_held_prompts(unsampled, stats)
-            if budget is not None:
-                check_plan(unsampled, stats, session, profile, budget, where)
+                check_held_prompts(unsampled, stats)
+                if budget is not None:
+                    check_plan(unsampled, stats, session, profile, budget, where)
         plan = plan_statement(bound, PlanningContext(stats))
         if budget is not None and stats is not None:
             check_plan(plan, stats, session, profile, budget, where)

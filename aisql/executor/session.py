@@ -56,11 +56,11 @@ class ModelSession:
         None: in this process."""
         self.model_spec = model
         self.engine_options = engine_options
-        self.store: AnswerStore = store if store is not None else open_answer_store(cache)
         self.lock = threading.RLock()  # one engine call at a time (DuckDB calls functions from several threads)
         self._engine = engine
         self._warned: set[str] = set()
         self._warn_to = warn
+        self.store: AnswerStore = store if store is not None else open_answer_store(cache, warn=lambda m: self._warn(m, once=False))
         self._resolved: ResolvedModel | None = None
         self._resolved_for_facts: ResolvedModel | None = None
         self._facts: ModelFacts | None = None
@@ -169,10 +169,11 @@ class ModelSession:
         """The cost profile of this machine's kind (torch is asked only where a GPU may exist)."""
         return "h100" if cuda_available() else "cpu"
 
-    def _warn(self, message: str) -> None:
-        """Say once what changes the meaning of results (a fallback model): through the
-        caller's callback (the CLI prints a line), else as a Python warning."""
-        if message in self._warned:
+    def _warn(self, message: str, once: bool = True) -> None:
+        """Say (once, unless `once` is False: a count of cache entries recomputed) what changes
+        the meaning or cost of results (a fallback model): through the caller's callback (the
+        CLI prints a line), else as a Python warning."""
+        if once and message in self._warned:
             return
         self._warned.add(message)
         if self._warn_to is not None:

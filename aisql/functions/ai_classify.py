@@ -57,6 +57,9 @@ class AiClassify(AIFunction):
     def value_from_scores(self, task: Task, logprobs: Sequence[float]) -> str:
         return task.labels[best_label(logprobs)]
 
+    def accepts_value(self, task: Task, value) -> bool:
+        return isinstance(value, str) and value in task.labels
+
     def describe_options(self, options: ClassifyOptions) -> str:
         return f", {list(options.labels)}"
 

@@ -89,6 +89,11 @@ class AiExtract(AIFunction):
         assert task.grammar and task.grammar.startswith(JSON_PREFIX)
         return structured_output.value_from_json(fields_of(task.grammar), text)
 
+    def accepts_value(self, task: Task, value) -> bool:
+        if task.grammar and task.grammar.startswith(JSON_PREFIX):
+            return value is None or structured_output.fits(fields_of(task.grammar), value)
+        return super().accepts_value(task, value)
+
     def describe_options(self, options: ExtractOptions) -> str:
         return ", {" + ", ".join(f"'{f.name}': {q!r}" for f, q in zip(options.fields, options.questions)) + "}"
 

@@ -112,6 +112,11 @@ class AiGenerate(AIFunction):
             return structured_output.value_from_json(fields_of(task.grammar), text)
         return text
 
+    def accepts_value(self, task: Task, value) -> bool:
+        if task.grammar and task.grammar.startswith(JSON_PREFIX):
+            return value is None or structured_output.fits(fields_of(task.grammar), value)
+        return super().accepts_value(task, value)
+
     def describe_options(self, options: GenerateOptions) -> str:
         sampled = ""
         if options.sampling:

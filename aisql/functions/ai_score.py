@@ -159,6 +159,11 @@ class AiScore(AIFunction):
         total = math.fsum(weights)
         return math.fsum(w * int(label) for w, label in zip(weights, task.labels)) / total
 
+    def accepts_value(self, task: Task, value) -> bool:
+        """A probability-weighted mean of the scale's labels: within the scale."""
+        scale = [int(label) for label in task.labels]
+        return super().accepts_value(task, value) and min(scale) <= value <= max(scale)
+
     def describe_options(self, options: ScoreOptions) -> str:
         return f", scale => [{options.scale[0]}, {options.scale[1]}]" if options.scale else ""
 

@@ -86,6 +86,11 @@ class Task:
         payload = "\x1f".join(parts)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
+    def accepts(self, value: Any) -> bool:
+        """Whether `value` is an answer this task can have (aisql.executor.cache reads an entry
+        that is not as a miss: edited by hand or corrupt, it is asked again)."""
+        return self.function.accepts_value(self, value)
+
     def store_key(self, model_fingerprint: str) -> str:
         """Where this task's answers live in an answer store: per model, per task."""
         return f"{model_fingerprint}/{self.signature}"
@@ -207,6 +212,13 @@ class AIFunction:
         """The SQL value from the generated text (GENERATE functions)."""
         raise NotImplementedError
 
+    def accepts_value(self, task: Task, value: Any) -> bool:
+        """Whether `value` is one `value_from_scores` / `value_from_text` can return for `task`:
+        of the function's SQL type (NULL only where a generated text may not parse)."""
+        if value is None:
+            return task.request in (Request.GENERATE, Request.AGGREGATE)
+        return sql_value_fits(self.sql_type, value)
+
     # ---- presentation ----------------------------------------------------------------------------
     def describe_options(self, options: Options) -> str:
         """The options as they follow the prompt in plans, e.g. `, ['a', 'b']`."""
@@ -225,6 +237,19 @@ class AIFunction:
 
     def __repr__(self) -> str:
         return f"<AI function {self.name}>"
+
+
+def sql_value_fits(sql_type: str, value: Any) -> bool:
+    """Whether a (JSON-decoded) Python value is a non-NULL value of a scalar SQL type."""
+    if sql_type == "BOOLEAN":
+        return isinstance(value, bool)
+    if sql_type == "VARCHAR":
+        return isinstance(value, str)
+    if sql_type == "DOUBLE":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if sql_type == "BIGINT":
+        return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+    return False
 
 
 def best_label(logprobs: Sequence[float]) -> int:

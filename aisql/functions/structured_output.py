@@ -132,6 +132,18 @@ def value_from_json(fields: Sequence[Field], text: str) -> dict | None:
     return {f.name: _typed(f, data.get(f.name)) for f in fields}
 
 
+def fits(fields: Sequence[Field], value: Any) -> bool:
+    """Whether `value` is a STRUCT value `value_from_json` can return for these fields."""
+    if not isinstance(value, dict) or list(value) != [f.name for f in fields]:
+        return False
+    for field in fields:
+        item = value[field.name]
+        typed = _typed(field, item)
+        if typed != item or (item is not None and typed is None) or isinstance(item, bool) != isinstance(typed, bool):
+            return False
+    return True
+
+
 def _typed(field: Field, value: Any) -> Any:
     if value is None:
         return None
