@@ -491,7 +491,7 @@ def serve(
     streaming), with cross-request prefix caching and continuous batching."""
     from aisql.engine.model.loader import load_resolved, resolve_model
     from aisql.serve.app import OpenAIServer, RequestLimits
-    from aisql.serve.background import ConnectionLimits, listen, uvicorn_server
+    from aisql.serve.background import ConnectionLimits, host_port, listen, uvicorn_server
 
     options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction)
     limits = RequestLimits(max_body_bytes=parse_size(max_body_size))
@@ -519,7 +519,7 @@ def serve(
     http = uvicorn_server(server.app, ConnectionLimits(max_connections=max_connections, read_timeout=read_timeout))
     bound = sock.getsockname()[1]
     auth = f", {len(api_keys)} API key(s), cache {server.cache_isolation}" if api_keys else ""
-    stderr.print(f"serving [bold]{_escape(name)}[/bold] on {engine.info.device} at http://{host}:{bound}/v1{auth} (Ctrl+C stops)")
+    stderr.print(f"serving [bold]{_escape(name)}[/bold] on {engine.info.device} at http://{host_port(host, bound)}/v1{auth} (Ctrl+C stops)")
     http.run(sockets=[sock])
 
 

@@ -57,7 +57,10 @@ def test_nulls_are_skipped_and_a_group_without_values_is_null(make_connection):
         ("SELECT AI_AGG(review, 'x') OVER (PARTITION BY rating) FROM reviews", "OVER (...) is not supported"),
         ("SELECT AI_AGG(review, review) FROM reviews", "must be a non-empty string literal"),
         ("SELECT AI_AGG(review, '  ') FROM reviews", "must be a non-empty string literal"),
-        ("SELECT AI_SUMMARIZE_AGG() FROM reviews", "SQL syntax error"),  # sqlglot knows the arity
+        ("SELECT AI_SUMMARIZE_AGG() FROM reviews", "AI_SUMMARIZE_AGG: an argument is missing"),  # sqlglot knows the arity
+        ("SELECT AI_AGG(review) FROM reviews", "AI_AGG: an argument is missing"),  # was "incomplete expression"
+        ("SELECT AI_AGG(DISTINCT review, 'x') FROM reviews", "AI_AGG(DISTINCT ...) is not supported"),
+        ("SELECT AI.IF(PROMPT('{review}')) FILTER (WHERE rating > 2) FROM reviews", "AI.IF is not an aggregate"),
         ("SELECT AI_AGG(review, 'a', 'b') FROM reviews", "greater than the maximum number of supported arguments (2)"),
     ],
 )
@@ -66,6 +69,20 @@ def test_bad_arguments(make_connection, sql, message):
         make_connection().run(sql)
     assert message in err.value.message
     assert err.value.line == 1
+
+
+def test_filter_narrows_the_values_as_on_any_aggregate(make_connection):
+    """`AI_AGG(v, task) FILTER (WHERE c)` (and `AI.AGG(...) FILTER`, which sqlglot reads as a
+    column) gives the group the values meeting c — what a CASE that NULLs the others gives."""
+    con = make_connection()
+    query = (
+        "SELECT rating, AI_AGG(review, 'Summarize') FILTER (WHERE id % 2 = 0) AS a, "
+        "AI.AGG(review, 'Summarize') FILTER (WHERE id % 2 = 0) AS b, "
+        "AI_AGG(CASE WHEN id % 2 = 0 THEN review END, 'Summarize') AS c FROM reviews WHERE id <= 12 GROUP BY rating ORDER BY rating"
+    )
+    planned = con.run(query).table.to_pylist()
+    assert planned and all(row["a"] == row["b"] == row["c"] for row in planned)
+    assert con.run(query, naive=True).table.to_pylist() == planned
 
 
 @pytest.mark.slow

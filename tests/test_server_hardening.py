@@ -324,3 +324,12 @@ def test_slowloris_connections_give_their_slots_to_whole_requests(engine):
                 closed += 1
             sock.close()
         assert closed >= 1
+
+
+def test_addresses_print_as_urls_write_them():
+    """`--host ::1` printed `http://::1:8000` (no brackets: not a URL a client can use)."""
+    from aisql.serve.background import host_port
+
+    assert host_port("::1", 8000) == "[::1]:8000"
+    assert host_port("127.0.0.1", 8000) == "127.0.0.1:8000"
+    assert host_port("localhost", 0) == "localhost:0"

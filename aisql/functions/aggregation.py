@@ -5,7 +5,8 @@ list — `to_json(list_sort(array_agg(CAST(v AS VARCHAR)) FILTER (WHERE v IS NOT
 binds the AI call over that: the rest (GROUP BY, HAVING, a whole table; grouped inputs derived
 by the planner, dedup, the result cache) is the ordinary path. A group without values is NULL.
 The executor reduces each group by map-reduce (aisql.executor.aggregate). `OVER (...)` is
-refused: an AI aggregate is not a window function here.
+refused: an AI aggregate is not a window function here; `FILTER (WHERE ...)` narrows the values
+collected, as on any SQL aggregate; `DISTINCT` is refused at parse time (a subquery does it).
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ class AggregateFunction(AIFunction):
             expression=exp.Where(this=exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null()))),
         )
         return exp.Anonymous(this="to_json", expressions=[exp.Anonymous(this="list_sort", expressions=[collected])])
+
+    def filtered(self, collected: exp.Expression, condition: exp.Expression) -> exp.Expression:
+        """`group_values` under a FILTER (WHERE condition) of the call: only the rows meeting it
+        give values (`AI_AGG(v, task) FILTER (WHERE ...)`, as any SQL aggregate)."""
+        collected = collected.copy()
+        gather = collected.find(exp.Filter)
+        gather.expression.set("this", exp.and_(gather.expression.this, exp.paren(condition.copy())))
+        return collected
 
     def read_value(self, spelling: str, positional: list[exp.Expression], named: dict[str, exp.Expression], what: str) -> exp.Expression:
         """The values argument (positional, or Snowflake's `expr =>`)."""

@@ -4,6 +4,7 @@ runs it in the foreground; `BackgroundServer` on a thread (notebooks, tests, ben
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 import time
@@ -25,17 +26,37 @@ class ConnectionLimits:
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A bound, listening TCP socket, or one error line saying why not."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    """A bound, listening TCP socket, or one error line saying why not (the address, or the port)."""
+    where = host_port(host, port)
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as err:
+        raise AisqlError(
+            f"cannot listen on {where}: {host!r} is not an address or host name ({getattr(err, 'strerror', None) or err})",
+            hint=_HOST_HINT,
+        ) from None
+    sock = socket.socket(family, kind, protocol)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
+        sock.bind(address)
         sock.listen(2048)
     except OSError as err:
         sock.close()
-        raise AisqlError(f"cannot listen on {host}:{port}: {err.strerror or err}", hint="choose another --port, or stop what uses it") from None
+        reason = err.strerror or str(err)
+        if err.errno == errno.EADDRNOTAVAIL:
+            raise AisqlError(f"cannot listen on {where}: {host} is not an address of this machine ({reason})", hint=_HOST_HINT) from None
+        if err.errno == errno.EACCES and port < 1024:
+            raise AisqlError(f"cannot listen on {where}: {reason}", hint="ports below 1024 need privileges: choose --port 8000 or another above 1023") from None
+        raise AisqlError(f"cannot listen on {where}: {reason}", hint="choose another --port, or stop what uses it") from None
     return sock
+
+
+_HOST_HINT = "--host takes an address of this machine: 127.0.0.1 (this machine only), 0.0.0.0 (every IPv4 interface), ::1, :: or a host name"
+
+
+def host_port(host: str, port: int) -> str:
+    """`host:port` as a URL writes it: an IPv6 address in brackets ([::1]:8000)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def uvicorn_server(app, limits: ConnectionLimits = ConnectionLimits()) -> uvicorn.Server:
@@ -73,10 +94,10 @@ class BackgroundServer:
         deadline = time.monotonic() + 60
         while not self._http.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start on {host}:{port}")
+                raise RuntimeError(f"the server did not start on {host_port(host, port)}")
             time.sleep(0.01)
         self.port = self._socket.getsockname()[1]
-        self.base_url = f"http://{host}:{self.port}"
+        self.base_url = f"http://{host_port(host, self.port)}"
 
     def stop(self) -> None:
         self._http.should_exit = True

@@ -51,6 +51,7 @@ def bind_statement(
     """
     ast = statement.ast.copy()
     _copy_meta(statement.ast, ast)
+    _lift_dotted_filters(ast)
     raw_calls: list[RawAICall] = []
     for node in ast.walk(bfs=False):  # depth-first: calls are numbered in the order they are written
         try:
@@ -70,7 +71,8 @@ def bind_statement(
         # Re-read the arguments: calls nested in them have been replaced by bound calls meanwhile.
         raw = match_ai_call(found.node)
         try:
-            call = _bind_call(raw, call_id, f"{function_prefix}{call_id}", source, scopes)
+            condition = _aggregate_filter(raw, source)
+            call = _bind_call(raw, call_id, f"{function_prefix}{call_id}", source, scopes, condition)
         except AisqlError as err:
             raise _at(err, source, raw.node) from None
         bound = exp.Anonymous(this=call.function_name, expressions=[exp.cast(a.copy(), VARCHAR) for a in call.args])
@@ -122,13 +124,61 @@ def _output_names(ast: exp.Expression, call_nodes: set[int]) -> list[tuple[exp.S
     return named
 
 
-def _bind_call(raw: RawAICall, call_id: str, function_name: str, source: SourceText, scopes: QueryScopes) -> AICall:
+def _lift_dotted_filters(ast: exp.Expression) -> None:
+    """sqlglot reads `AI.X(...) FILTER (WHERE c)` as the column `AI."X(...) FILTER (...)"`:
+    put the FILTER back around the call `AI.X(...)`, as it reads `AI_X(...) FILTER (...)`."""
+    for column in list(ast.find_all(exp.Column)):
+        inner = column.this
+        if isinstance(inner, exp.Filter) and isinstance(inner.this, exp.Func) and column.table.upper() == "AI" and not column.args.get("db"):
+            call = exp.Dot(this=exp.to_identifier(column.table), expression=inner.this.copy())
+            column.replace(exp.Filter(this=call, expression=inner.expression.copy()))
+
+
+def _refuse_repeated_keys(raw: RawAICall) -> None:
+    """A struct argument naming a key twice (`{'scale': [1, 5], 'scale': [1, 3]}`): which one was
+    meant is unknowable (DuckDB refuses such a struct too), and the option readers, taking the
+    first, would call the second unknown."""
+    for argument in [*raw.positional, *raw.named.values()]:
+        for struct in argument.find_all(exp.Struct):
+            seen: set[str] = set()
+            for item in struct.expressions:
+                if isinstance(item, (exp.PropertyEQ, exp.Slice, exp.Kwarg)):
+                    key = item.this.name.lower()
+                    if key in seen:
+                        raise BindError(f"{raw.spelling}: option {key!r} given twice", hint="keep one of them")
+                    seen.add(key)
+
+
+def _aggregate_filter(raw: RawAICall, source: SourceText) -> exp.Expression | None:
+    """`AI_AGG(v, task) FILTER (WHERE cond)`: the condition, the FILTER clause taken off the call
+    (the group's values are collected under it: aisql.functions.aggregation). On a scalar AI call
+    FILTER is refused by name (DuckDB would say "Scalar Function" about an internal name)."""
+    parent = raw.node.parent
+    if not (isinstance(parent, exp.Filter) and parent.this is raw.node):
+        return None
+    if not raw.function.is_aggregate:
+        raise BindError(
+            f"{raw.spelling} is not an aggregate: FILTER (WHERE ...) applies to aggregates only",
+            hint="put the condition in the WHERE clause, or in a CASE WHEN ... THEN ... END around the call",
+        )
+    where = parent.expression
+    condition = where.this if isinstance(where, exp.Where) else where
+    parent.replace(raw.node)
+    return condition
+
+
+def _bind_call(
+    raw: RawAICall, call_id: str, function_name: str, source: SourceText, scopes: QueryScopes, condition: exp.Expression | None = None
+) -> AICall:
     if raw.function.is_aggregate and isinstance(raw.node.parent, exp.Window):
         raise BindError(
             f"{raw.spelling} is an aggregate; OVER (...) is not supported with it",
             hint="aggregate with GROUP BY (or over the whole table) and join the result back if every row needs it",
         )
+    _refuse_repeated_keys(raw)
     prompt, options, hints, vendor = raw.function.bind_arguments(raw.spelling, raw.positional, raw.named)
+    if condition is not None:
+        prompt = raw.function.filtered(prompt, condition)
     line, col = source.position_of(raw.node)
     if raw.function.contents:
         template, args, positions = _bind_contents(raw.spelling, prompt, source)

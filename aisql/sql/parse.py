@@ -9,6 +9,7 @@ written out in DuckDB's. The AI functions' spellings of every vendor are recogni
 from __future__ import annotations
 
 import logging
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -65,6 +66,10 @@ def parse_script(source: SourceText, dialect: str | None = None) -> list[Stateme
         if line and col and highlight:
             # sqlglot reports the column where the offending token ends; users expect where it starts.
             col = max(1, col - len(highlight) + 1)
+        misread = _ai_call_misread(first)
+        if misread is not None:
+            message, hint = misread
+            raise SqlSyntaxError(message, line=line, col=col, hint=hint) from None
         near = f" near {highlight!r}" if highlight else ""
         raise SqlSyntaxError(f"SQL syntax error{near}: {description}", line=line, col=col) from None
     statements = _split_statements(source, tokens, asts, (dialect or DEFAULT).lower())
@@ -124,6 +129,32 @@ def _split_statements(source: SourceText, tokens, asts, dialect: str) -> list[St
     if len(pieces) != len(statements):  # comments-only pieces etc.: fall back to generated SQL
         return [Statement(ast=a, text=a.sql(dialect=DIALECT), start=0) for a in statements]
     return [Statement(ast=a, text=source.text[s:e], start=s, dialect=dialect) for a, (s, e) in zip(statements, pieces)]
+
+
+_MISSING_ARGUMENT = re.compile(r"Required keyword: '\w+' missing for <class '[\w.]+\.(\w+)'>")
+
+
+def _ai_call_misread(error: dict) -> tuple[str, str] | None:
+    """(message, hint) when sqlglot could not build one of its AI function nodes (AI_AGG,
+    AI_CLASSIFY, ...): an argument is missing, or AI_AGG(DISTINCT ...) swallowed the task —
+    said in the function's terms, not as sqlglot's "Required keyword 'expression' missing"."""
+    from aisql.functions import FUNCTIONS
+
+    found = _MISSING_ARGUMENT.match(error.get("description") or "")
+    if not found:
+        return None
+    function = next((f for f in FUNCTIONS if any(node.__name__ == found[1] for node in f.sqlglot_nodes)), None)
+    if function is None:
+        return None
+    before = error.get("start_context") or ""
+    spelled = max(((m.start(), m[1]) for name in function.spellings for m in re.finditer(rf"({re.escape(name)})\s*\(", before, re.IGNORECASE)), default=None)
+    spelling = spelled[1] if spelled else function.spellings[0]
+    if spelled and re.match(r"\s*\(\s*DISTINCT\b", before[spelled[0] + len(spelling) :], re.IGNORECASE):
+        return (
+            f"{spelling}(DISTINCT ...) is not supported",
+            f"give it distinct values from a subquery, e.g. {spelling}(v, '...') FROM (SELECT DISTINCT g, v FROM t) GROUP BY g",
+        )
+    return f"{spelling}: an argument is missing", f"call it as {function.signature_hint}"
 
 
 def _clean_description(text: str) -> str:

