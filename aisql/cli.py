@@ -162,11 +162,13 @@ def _parameters(specs: tuple[str, ...]):
     return values
 
 
-def _read_only(db: str | None, requested: bool, text: str, dialect: str | None = None) -> bool:
-    """Open --db read-only when asked, or when the script only reads (so a read-only warehouse
-    file can be queried, and several readers do not conflict on its lock)."""
-    if requested or not db or not Path(db).exists():
+def _read_only(db: str | None, requested: bool | None, text: str, dialect: str | None = None) -> bool:
+    """Open --db as asked (--read-only / --read-write), else read-only when the script only reads
+    (so a read-only warehouse file can be queried, and several readers do not conflict on its lock)."""
+    if requested is not None:
         return requested
+    if not db or not Path(db).exists():
+        return False
     from aisql.sql.parse import only_reads
 
     return only_reads(text, dialect)
@@ -242,7 +244,11 @@ _common = [
     click.argument("query_file", required=False),
     click.option("-e", "-c", "--execute", "sql", metavar="SQL", help="SQL text instead of a QUERY_FILE (-c as the duckdb CLI spells it; QUERY_FILE '-' or a pipe: standard input)."),
     click.option("--db", metavar="PATH", help="DuckDB database file (default: in-memory)."),
-    click.option("--read-only", is_flag=True, help="Open --db read-only (the default when the statements only read)."),
+    click.option(
+        "--read-only/--read-write",
+        default=None,
+        help="Open --db read-only, or read-write (default: read-only when every statement only reads, so several readers share the file).",
+    ),
     click.option("--table", "tables", multiple=True, metavar="NAME=PATH", help="Register a CSV/Parquet/JSON file as a view (repeatable)."),
     click.option(
         "--dialect",

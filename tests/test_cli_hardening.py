@@ -55,6 +55,21 @@ def test_writing_statements_open_the_database_for_writing(warehouse):
     assert json.loads(result.stdout) == [{"x": 1}]
 
 
+def test_a_select_that_advances_a_sequence_opens_for_writing(warehouse):
+    """`SELECT nextval('s')` writes (the sequence moves): it was judged read-only and refused,
+    with no way to open the file read-write. Now it is detected, and --read-write forces it."""
+    con = duckdb.connect(str(warehouse))
+    con.execute("CREATE SEQUENCE ids")
+    con.close()
+    first = run_cli("run", "-e", "SELECT nextval('ids') AS n", "--db", str(warehouse), "--format", "json", "-q")
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout) == [{"n": 1}]
+    forced = run_cli("run", "-e", "SELECT currval('ids') AS n", "--db", str(warehouse), "--read-write", "--format", "json", "-q")
+    assert forced.exit_code == 0, forced.output
+    refused = run_cli("run", "-e", "CREATE TABLE t AS SELECT 1 AS x", "--db", str(warehouse), "--read-only", "-q")
+    assert refused.exit_code == 1 and "run with --read-write" in refused.stderr
+
+
 def test_python_api_read_only(warehouse, tiny_engine):
     con = aisql.connect(str(warehouse), read_only=True, engine=tiny_engine, cache=False)
     assert con.sql("SELECT count(*) FROM customers").fetchall()[0][0] == 40

@@ -30,6 +30,8 @@ def translate(err: duckdb.Error, bound: BoundStatement, source: SourceText) -> A
         hint = None  # "Did you mean sqlite_master?" helps nobody
     if hint:
         hint = re.sub(r":\s*:", ":", hint)
+    if "attached in read-only mode" in first:
+        hint = "the database was opened read-only (--read-only, or every statement looked like a read): run with --read-write"
     first = _strip_internal(first)
     kind = BindError if isinstance(err, (duckdb.BinderException, duckdb.CatalogException)) else DataError
 

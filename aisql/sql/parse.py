@@ -97,6 +97,13 @@ def explained_sql(statement: Statement) -> str | None:
     return None
 
 
+WRITING_FUNCTIONS = frozenset({"nextval", "setval"})  # a SELECT calling them advances a sequence: a write
+
+
+def _writes(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Func) and (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower() in WRITING_FUNCTIONS
+
+
 def only_reads(text: str, dialect: str | None = None) -> bool:
     """Does every statement of `text` only read (queries, DESCRIBE, SHOW)? False if it does not
     parse: the run reports the syntax error."""
@@ -108,7 +115,12 @@ def only_reads(text: str, dialect: str | None = None) -> bool:
         return False
     readers = (exp.Query, exp.Describe, exp.Show)
     return all(
-        ast is None or (isinstance(ast, readers) and not ast.args.get("into") and not any(isinstance(n, (exp.Into, exp.Insert, exp.Create)) for n in ast.walk()))
+        ast is None
+        or (
+            isinstance(ast, readers)
+            and not ast.args.get("into")
+            and not any(isinstance(n, (exp.Into, exp.Insert, exp.Create)) or _writes(n) for n in ast.walk())
+        )
         for ast in asts
     )
 
