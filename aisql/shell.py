@@ -22,7 +22,7 @@ def complete_statements(buffer: str, dialect: str | None = None) -> tuple[list[s
     """Split `buffer` into the statements ended by `;` and the unfinished rest."""
     splitter = StatementSplitter(dialect)
     done = splitter.feed(buffer)
-    return done, splitter.pending
+    return done, splitter.unfinished
 
 
 class StatementSplitter:
@@ -43,23 +43,23 @@ class StatementSplitter:
         from aisql.sql.dialects import dialect_for
 
         self._dialect = sqlglot.Dialect.get_or_raise(dialect_for(dialect))
-        self.pending = ""  # the open statement's text
-        self._plain = 0  # offset in `pending` where the lexer is in its plain state
+        self.unfinished = ""  # the open statement's text
+        self._plain = 0  # offset in `unfinished` where the lexer is in its plain state
         self._open = False  # text after _plain has an open quote or comment
 
     def feed(self, text: str) -> list[str]:
         """Add input; return the statements it completed (each with its `;`)."""
-        self.pending += text
+        self.unfinished += text
         if self._open and not self._CLOSERS.intersection(text):
             return []
-        if not self._open and ";" not in self.pending[self._plain :]:
+        if not self._open and ";" not in self.unfinished[self._plain :]:
             self._advance_plain_state()
             return []
-        done = self._split(len(self.pending))
+        done = self._split(len(self.unfinished))
         if done is None:
             # an open quote or comment: statements ended before it still complete
             done = []
-            for end in self._semicolons_in(len(self.pending) - len(text)):
+            for end in self._semicolons_in(len(self.unfinished) - len(text)):
                 done = self._split(end + 1)
                 if done is not None:
                     break
@@ -69,13 +69,13 @@ class StatementSplitter:
         return done
 
     def reset(self) -> None:
-        self.pending, self._plain, self._open = "", 0, False
+        self.unfinished, self._plain, self._open = "", 0, False
 
     def unclosed(self) -> str | None:
-        """What keeps the pending text from being a statement: an open quote or comment, else None."""
+        """What keeps the unfinished text from being a statement: an open quote or comment, else None."""
         if not self._open:
             return None
-        rest = self.pending[self._plain :]
+        rest = self.unfinished[self._plain :]
         return "an unclosed /* comment" if "/*" in rest and rest.rfind("/*") > rest.rfind("*/") else "an unclosed quote"
 
     def _tokens(self, text: str):
@@ -87,42 +87,42 @@ class StatementSplitter:
             return None
 
     def _split(self, end: int) -> list[str] | None:
-        """Tokenize pending[_plain:end]; cut the statements it completes. None: open quote/comment."""
+        """Tokenize unfinished[_plain:end]; cut the statements it completes. None: open quote/comment."""
         from sqlglot.tokens import TokenType
 
         base = self._plain
-        tokens = self._tokens(self.pending[base:end])
+        tokens = self._tokens(self.unfinished[base:end])
         if tokens is None:
             return None
         done, start = [], 0
         for token in tokens:
             if token.token_type == TokenType.SEMICOLON:
                 cut = base + token.end + 1
-                piece = self.pending[start:cut]
+                piece = self.unfinished[start:cut]
                 if piece.strip(" \n\t;"):
                     done.append(piece)
                 start = cut
-        self.pending, self._plain = self.pending[start:], max(0, end - start)
-        if not self.pending.endswith("\n"):
+        self.unfinished, self._plain = self.unfinished[start:], max(0, end - start)
+        if not self.unfinished.endswith("\n"):
             self._plain = self._last_line_start()
         return done
 
     def _advance_plain_state(self) -> None:
         """No `;` yet: check the new lines tokenize (no open quote), so later feeds start there."""
-        end = self.pending.rfind("\n") + 1
+        end = self.unfinished.rfind("\n") + 1
         if end <= self._plain:
             return
-        if self._tokens(self.pending[self._plain : end]) is None:
+        if self._tokens(self.unfinished[self._plain : end]) is None:
             self._open = True
         else:
             self._plain = end
 
     def _last_line_start(self) -> int:
-        return min(self._plain, self.pending.rfind("\n") + 1)
+        return min(self._plain, self.unfinished.rfind("\n") + 1)
 
     def _semicolons_in(self, start: int) -> list[int]:
         """The `;` of the newest text, last first (earlier ones were tried when they arrived)."""
-        text, low = self.pending, max(start, self._plain)
+        text, low = self.unfinished, max(start, self._plain)
         found, at = [], text.rfind(";")
         while at >= low and len(found) < 16:
             found.append(at)
@@ -198,7 +198,7 @@ def run_shell(con, run_one: Callable[[str], None], stream: TextIO = sys.stdin, d
             number = line.split()[1]
             report(AisqlError(f"input line {number} is not valid UTF-8 text", hint="the statement it belongs to was discarded; save the script as UTF-8"))
             splitter.reset()
-        elif not splitter.pending.strip() and line.lstrip().startswith("."):
+        elif not splitter.unfinished.strip() and line.lstrip().startswith("."):
             command = line.strip().rstrip(";").strip().lower()
             if command in (".quit", ".exit"):
                 return 1 if failed and not interactive else 0
@@ -213,10 +213,10 @@ def run_shell(con, run_one: Callable[[str], None], stream: TextIO = sys.stdin, d
                 except KeyboardInterrupt:
                     print("interrupted", file=sys.stderr)
         try:
-            line = source.send(bool(splitter.pending.strip())) if interactive else next(source, None)
+            line = source.send(bool(splitter.unfinished.strip())) if interactive else next(source, None)
         except StopIteration:
             line = None
-    rest = splitter.pending
+    rest = splitter.unfinished
     if rest.strip() and _has_sql(rest, dialect):
         if interactive:
             print("unfinished statement discarded (end a statement with ;)", file=sys.stderr)

@@ -171,6 +171,7 @@ class OrderRecorder:
     """Engine test double: token ids are the texts' characters; records the order of requests."""
 
     info = type("Info", (), {"max_context": 10_000})()
+    format = type("Format", (), {"end_of_answer": None})()  # no end marker after labels
 
     def __init__(self):
         self.order = []
