@@ -335,9 +335,10 @@ def print_summary(result, output: str | None) -> None:
     parts.append(f"{result.stats.wall_s:.2f} s")
     if result.model:
         if result.model.device:
-            where = f"on {result.model.device}"
+            where = f"on {result.model.device}" + (f" ({result.model.numerics})" if result.model.numerics else "")
         elif any(n.prompts_total for n in result.stats.nodes if n.model_kind == "llm"):
-            where = "(not loaded: all answers cached)"
+            numerics = f", computed in {result.model.numerics}" if result.model.numerics else ""
+            where = f"(not loaded: all answers cached{numerics})"
         else:
             where = "(not loaded: no prompt to answer)"
         parts.append(f"model {result.model.name} {where}")

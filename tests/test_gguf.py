@@ -22,7 +22,7 @@ def tiny_gguf(tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_gguf_file_answers_as_its_source_model(tiny_gguf, tiny_engine):
-    engine = load_engine(str(tiny_gguf))
+    engine = load_engine(str(tiny_gguf), EngineOptions(dtype="float32"))  # the source's numerics, to compare
     texts = ["hello world", "Is the tea hot?"]
     ids = tiny_engine.encode_prompts("Answer.", texts)
     assert engine.encode_prompts("Answer.", texts) == ids

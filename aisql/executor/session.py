@@ -34,6 +34,7 @@ class ModelUsed:
     name: str
     note: str | None  # test model, quantization: said wherever its answers go
     device: str | None  # None: not loaded, every answer came from the result cache
+    numerics: str | None = None  # the dtype the answers were computed in (e.g. "bfloat16"), loaded or cached
 
 
 class ModelSession:
@@ -231,13 +232,14 @@ class ModelSession:
     def model_used(self) -> ModelUsed:
         if self._engine is not None:
             info = self._engine.info
-            return ModelUsed(info.name, info.note, info.device)
+            return ModelUsed(info.name, info.note, info.device, info.dtype)
         from aisql.engine.model.numerics import quantization_note
 
         resolved = self.resolved_model
         quantize = self.engine_options.quantize
         notes = [n for n in (resolved.note, quantize and quantization_note(quantize)) if n]
-        return ModelUsed(resolved.name, "; ".join(notes) or None, None)
+        parts = self._fingerprint.split("/") if self._fingerprint else []
+        return ModelUsed(resolved.name, "; ".join(notes) or None, None, parts[2] if len(parts) > 2 else None)
 
 
 def _ray_running() -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -69,12 +70,15 @@ class ResolvedModel:
         """Identifies weights, tokenizer and numerics: the result cache's model key (see
         aisql.engine.model.fingerprint). Computed without loading the model."""
         if self.backend == "hf":
-            return hf_fingerprint(Path(self.location), options)
+            return hf_fingerprint(Path(self.location), options, is_test=self.is_test)
         if self.backend == "gguf":
-            from aisql.engine.model.gguf import gguf_identity
+            from aisql.engine.model.gguf import convert, gguf_identity
 
+            path = Path(self.location)
             device = device_type(options.device)
-            return gguf_identity(Path(self.location)) + numerics_suffix(device, dtype_name(options.dtype, device), options.quantize)
+            identity = gguf_identity(path)
+            dtype = resolved_dtype_name(options, device, identity, lambda: convert(path))
+            return identity + numerics_suffix(device, dtype, options.quantize)
         if self.backend == "openai":
             from aisql.engine.backends.remote import remote_fingerprint
 
@@ -122,9 +126,12 @@ def load_resolved(model: ResolvedModel, options: EngineOptions, notify: Callable
     if model.backend == "gguf":
         from aisql.engine.model.gguf import convert
 
+        from aisql.engine.model.gguf import gguf_identity
+
         directory = convert(Path(model.location), notify)
         return load_hf_directory(
-            directory, name=model.name, options=options, source=model.source, note=model.note, fingerprint=model.fingerprint(options)
+            directory, name=model.name, options=options, source=model.source, note=model.note,
+            identity=gguf_identity(Path(model.location)), notify=notify,
         )
     if model.backend == "openai":
         from aisql.engine.backends.remote import RemoteEngine
@@ -135,7 +142,8 @@ def load_resolved(model: ResolvedModel, options: EngineOptions, notify: Callable
 
         return load_vllm_engine(model.location, options)
     return load_hf_directory(
-        Path(model.location), name=model.name, options=options, source=model.source, note=model.note, is_test=model.is_test
+        Path(model.location), name=model.name, options=options, source=model.source, note=model.note, is_test=model.is_test,
+        notify=notify,
     )
 
 
@@ -153,7 +161,24 @@ def load_model_facts(model: ResolvedModel, options: EngineOptions):
         location = str(convert(Path(model.location)))
     elif model.backend == "vllm" and not Path(model.location).is_dir():
         location = str(_hub_snapshot(model.location, weights=False))
-    return model_facts(location, model.name, dtype_name(options.dtype, device) if embedded else "bfloat16")
+    return model_facts(location, model.name, _planning_dtype(options, device, model) if embedded else "bfloat16")
+
+
+def _planning_dtype(options: EngineOptions, device: str, model: ResolvedModel) -> str:
+    """The dtype to plan with: `auto` on a CPU as decided for this model if it was, else
+    float32 (explain never measures)."""
+    if options.dtype == "auto" and device == "cpu" and not options.quantize and model.backend in ("hf", "gguf"):
+        from aisql.engine.model.auto_numerics import remembered
+
+        if model.backend == "gguf":
+            from aisql.engine.model.gguf import gguf_identity
+
+            key = gguf_identity(Path(model.location))
+        else:
+            key = directory_fingerprint(Path(model.location))
+        decision = remembered(key)
+        return decision.dtype if decision else "float32"
+    return dtype_name(options.dtype, device)
 
 
 def _resolve(name: str, weights: bool = True) -> ResolvedModel:
@@ -297,16 +322,22 @@ def load_hf_directory(
     source: str,
     note: str | None = None,
     is_test: bool = False,
-    fingerprint: str | None = None,
+    identity: str | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> Engine:
-    """`fingerprint`: the model's identity when it is not the directory's (a converted GGUF file)."""
+    """`identity`: the model's identity when it is not the directory's content (a converted GGUF
+    file's is the file's); the fingerprint adds the numerics. `notify`: where to say that `--dtype
+    auto` is measuring (once per model and CPU kind)."""
+    import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from aisql.engine.backends.hf import HFEngine
 
     device = _device(options.device)
-    dtype = _dtype(options.dtype, device)
+    identity = identity or directory_fingerprint(directory)
+    dtype_named = resolved_dtype_name(options, device.type, identity, lambda: directory, is_test=is_test, notify=notify)
+    dtype = getattr(torch, dtype_named)
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     try:
@@ -323,7 +354,7 @@ def load_hf_directory(
     config = model.config
     max_context = int(getattr(config, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 4096))
     notes = [n for n in (note, quantization and quantization.note) if n]
-    fingerprint = fingerprint or hf_fingerprint(directory, options)
+    fingerprint = identity + numerics_suffix(device.type, dtype_named, options.quantize)
     info = ModelInfo(
         name=name,
         source=source,
@@ -374,16 +405,40 @@ def _device(requested: str):
     return torch.device(requested if requested != "auto" else kind)
 
 
-def _dtype(requested: str, device):
-    import torch
-
-    return getattr(torch, dtype_name(requested, device.type))
-
-
-def hf_fingerprint(directory: Path, options: EngineOptions) -> str:
-    """Computed without torch where the machine has no GPU (see aisql.engine.model.numerics)."""
+def hf_fingerprint(directory: Path, options: EngineOptions, *, is_test: bool = False) -> str:
+    """Computed without torch where the machine has no GPU (see aisql.engine.model.numerics) and
+    `--dtype auto` is settled for this model on this CPU (aisql.engine.model.auto_numerics)."""
     device = device_type(options.device)
-    return directory_fingerprint(directory) + numerics_suffix(device, dtype_name(options.dtype, device), options.quantize)
+    identity = directory_fingerprint(directory)
+    dtype = resolved_dtype_name(options, device, identity, lambda: directory, is_test=is_test)
+    return identity + numerics_suffix(device, dtype, options.quantize)
+
+
+def resolved_dtype_name(
+    options: EngineOptions,
+    device: str,
+    identity: str,
+    directory: Callable[[], Path],
+    *,
+    is_test: bool = False,
+    notify: Callable[[str], None] | None = None,
+) -> str:
+    """The dtype a model runs in. `auto` on a CPU is chosen by measurement, once per model and
+    CPU kind (aisql.engine.model.auto_numerics); the offline test models and quantized weights
+    (opt-in numerics of their own) stay float32."""
+    if options.dtype != "auto" or device != "cpu":
+        return dtype_name(options.dtype, device)
+    if is_test or options.quantize:
+        return "float32"
+    from aisql.engine.model.auto_numerics import decide, settled_cpu_dtype
+
+    settled = settled_cpu_dtype(identity)
+    if settled is not None:
+        return settled
+    from aisql.engine.model.numerics_trial import calibration_trial
+
+    say = notify or (lambda line: print(line, file=sys.stderr))
+    return decide(identity, lambda dtype: calibration_trial(directory(), dtype), say).dtype
 
 
 def vllm_fingerprint(location: str, options: EngineOptions) -> str:

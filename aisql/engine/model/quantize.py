@@ -36,7 +36,8 @@ def quantize_model(model, method: str, device) -> Quantization:
             raise ModelError("--quantize int8 runs on the CPU (dynamic int8 matmuls); on CUDA use fp8 or bf16")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch.ao.quantization announces its successor
-            torch.ao.quantization.quantize_dynamic(decoder, {nn.Linear}, dtype=torch.qint8, inplace=True)
+            per_channel = {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
+            torch.ao.quantization.quantize_dynamic(decoder, per_channel, dtype=torch.qint8, inplace=True)
     elif method == "fp8":
         if not hasattr(torch, "float8_e4m3fn"):
             raise ModelError("--quantize fp8 needs a torch build with float8 types")
