@@ -209,7 +209,8 @@ def main() -> None:
 _engine = [
     click.option("--model", metavar="SPEC", help="'tiny', a Hugging Face id, a model directory, vllm:ID or openai:NAME@URL (default: $AISQL_MODEL, then Qwen/Qwen3-0.6B)."),
     click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
-    click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16", "float64"]), default="auto", show_default=True, help="Compute dtype (auto: float32 on CPU, bfloat16 on CUDA)."),
+    click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16", "float64"]), default="auto", show_default=True, help="Compute dtype (auto: on a CPU the fastest that agrees with float32, measured once per model and CPU; bfloat16 on CUDA)."),
+    click.option("--threads", type=click.IntRange(1, 4096), metavar="N", help="CPU threads (default: the usable cores other work leaves idle, re-read as the load changes; $AISQL_THREADS)."),
     click.option("--kv-budget", metavar="SIZE", help="Memory for the prefix KV cache, e.g. 2GB (default: from free memory)."),
     click.option("--kv-eviction", type=click.Choice(["reuse", "lru"]), default="reuse", show_default=True, help="Which cached prefixes go first when the KV budget is full: lowest expected reuse x recompute cost, or least recently used."),
     click.option("--quantize", type=click.Choice(["int8", "fp8", "bf16"]), help="Opt-in weight quantization (int8 on CPU); outputs say so."),
@@ -222,7 +223,8 @@ _embed_model = click.option("--embed-model", metavar="SPEC", help="Embedding mod
 
 
 def _engine_options(
-    device: str, kv_budget: str | None, quantize: str | None, no_prefix_cache: bool, no_speculation: bool, dtype: str = "auto", kv_eviction: str = "reuse"
+    device: str, kv_budget: str | None, quantize: str | None, no_prefix_cache: bool, no_speculation: bool, dtype: str = "auto", kv_eviction: str = "reuse",
+    threads: int | None = None,
 ):
     from aisql.engine.model.loader import EngineOptions
     from aisql.engine.model.numerics import check_device
@@ -237,6 +239,7 @@ def _engine_options(
         quantize=quantize,
         prefix_cache=not no_prefix_cache,
         speculative=not no_speculation,
+        threads=threads,
     )
 
 
@@ -308,7 +311,7 @@ def _apply(options):
 @_embed_model
 @_handle_errors
 def run(
-    query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
+    query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
     output, output_all, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
     cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, workers, cluster, approximate, embed_model,
 ):
@@ -318,7 +321,7 @@ def run(
     text, query_dir = _query_source(query_file, sql)
     printer = ResultPrinter(fmt, max_rows, output=output, output_all=output_all, stats_json=stats_json, quiet=quiet)
     printer.check_paths()  # before the run: no paid work is lost to an unwritable path
-    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction)
+    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction, threads)
     if cache_path and no_cache:
         raise AisqlError("give either --cache PATH or --no-cache, not both")
     cache = False if no_cache else (cache_path or True)
@@ -400,13 +403,13 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @_embed_model
 @_handle_errors
-def shell(db, read_only, tables, dialect, model, device, dtype, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation, fmt, max_rows, no_cache, debug, embed_model):
+def shell(db, read_only, tables, dialect, model, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation, fmt, max_rows, no_cache, debug, embed_model):
     """An interactive session, as `duckdb` with no arguments: statements end at `;`, each runs
     when complete; the model loads once. Piped input runs as a script (exit 1 if a statement failed)."""
     from aisql.output import ResultPrinter
     from aisql.shell import run_shell
 
-    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction)
+    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction, threads)
     con = _connect(db, tables, None, model=model, engine_options=options, cache=not no_cache, read_only=read_only, embed_model=embed_model)
 
     printer = ResultPrinter(fmt, max_rows, interactive=True)
@@ -490,7 +493,7 @@ def _open_cache(path: str | None):
 @click.option("--debug", is_flag=True, hidden=True)
 @_handle_errors
 def serve(
-    model, host, port, served_model_name, api_keys, metrics_keys, cache_isolation, device, dtype, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
+    model, host, port, served_model_name, api_keys, metrics_keys, cache_isolation, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
     max_running, prefill_chunk, max_kv_tokens, max_body_size, max_connections, read_timeout, debug,
 ):
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
@@ -499,7 +502,7 @@ def serve(
     from aisql.serve.app import OpenAIServer, RequestLimits
     from aisql.serve.background import ConnectionLimits, host_port, listen, uvicorn_server
 
-    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction)
+    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction, threads)
     limits = RequestLimits(max_body_bytes=parse_size(max_body_size))
     if any(not key.strip() for key in api_keys):
         raise AisqlError("--api-key must not be empty")

@@ -131,11 +131,14 @@ class RunStats:
     embed_model: str | None = None  # the embedding model, when an AI.EMBED / AI.SIMILARITY ran
     worker_pool: list[dict] = field(default_factory=list)  # on Ray workers: each slot over the pool's life (host, device, deaths, load s)
     numerics: str | None = None  # the dtype the answers were computed in (what answered, with the model)
+    threads: int | None = None  # CPU threads the engine ran with at the end of the run
 
     def to_dict(self) -> dict:
         data = {"model": self.model, "model_note": self.model_note, "mode": self.mode}
         if self.numerics:
             data["numerics"] = self.numerics
+        if self.threads:
+            data["threads"] = self.threads
         if self.embed_model:
             data["embed_model"] = self.embed_model
         data["approximate"] = self.is_approximate

@@ -35,6 +35,7 @@ class ModelUsed:
     note: str | None  # test model, quantization: said wherever its answers go
     device: str | None  # None: not loaded, every answer came from the result cache
     numerics: str | None = None  # the dtype the answers were computed in (e.g. "bfloat16"), loaded or cached
+    threads: int | None = None  # CPU threads the engine computes with now (None: not a CPU engine, or not loaded)
 
 
 class ModelSession:
@@ -232,7 +233,8 @@ class ModelSession:
     def model_used(self) -> ModelUsed:
         if self._engine is not None:
             info = self._engine.info
-            return ModelUsed(info.name, info.note, info.device, info.dtype)
+            governor = getattr(self._engine, "threads", None)
+            return ModelUsed(info.name, info.note, info.device, info.dtype, governor.threads if governor is not None else None)
         from aisql.engine.model.numerics import quantization_note
 
         resolved = self.resolved_model

@@ -48,8 +48,10 @@ class HFEngine(EncodesPrompts):
         speculation: SpeculationConfig | None = SpeculationConfig(),
         flat: bool = True,
         eviction: str = "reuse",
+        threads=None,  # aisql.engine.threads.ThreadGovernor on a CPU: the thread count follows the load beside it
     ) -> None:
         self.model = model.eval()
+        self.threads = threads
         self.tokenizer = tokenizer
         self.info = info
         self.stats = EngineStats()
@@ -99,6 +101,7 @@ class HFEngine(EncodesPrompts):
             for window in windows:
                 self._compute_shared_for(window, reuse)
                 for batch in self.scheduler.batches(window):
+                    self._follow_load()
                     batch = [self.scheduler.refresh(w) for w in batch]
                     scores = self._score_batch(batch, [requests[w.index] for w in batch], reuse)
                     for work, value in zip(batch, scores):
@@ -211,6 +214,11 @@ class HFEngine(EncodesPrompts):
                 tails[(b, k)] = float(logprobs[r, steps, targets].double().sum())
         return tails
 
+    def _follow_load(self) -> None:
+        """Between batches: the thread count follows the load beside the engine (CPU only)."""
+        if self.threads is not None:
+            self.threads.adjust()
+
     # ---- generation ------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
@@ -219,6 +227,7 @@ class HFEngine(EncodesPrompts):
                 self._compute_shared_for(window, reuse)
                 room = [requests[w.index].max_tokens for w in window]
                 for batch in self.scheduler.batches(window, room):
+                    self._follow_load()
                     batch = [self.scheduler.refresh(w) for w in batch]
                     generations = self._generate_batch(batch, [requests[w.index] for w in batch], reuse, speculative)
                     for work, generation in zip(batch, generations):
@@ -330,6 +339,7 @@ class HFEngine(EncodesPrompts):
         """Prefill several prompts in one pass, each from its deepest cached prefix (prefixes they
         share but the tree lacks are computed once first), storing their KV in the tree. Returns
         the pass (its cache kept, one row per prompt) and each prompt's cached length."""
+        self._follow_load()
         if not self.prefix_cache:  # nothing enters the tree, not even as structure
             works = [Work(Row(self.radix.root, 0, list(p)), [], i, p) for i, p in enumerate(prompts)]
             return self.run_rows(works, keep_cache=True, store=False), [0] * len(works)

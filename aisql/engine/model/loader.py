@@ -42,6 +42,7 @@ class EngineOptions:
     prefix_cache: bool = True
     speculative: bool = True  # prompt-lookup speculative decoding (lossless)
     quantize: str | None = None  # None | "int8" (CPU) | "fp8" (weights) | "bf16" (weights)
+    threads: int | None = None  # CPU threads; None: the idle usable cores, re-read as load changes (aisql.engine.threads)
     vllm_block_size: int | None = None  # vllm: engines: KV block size (default 32 on CPU, 16 on GPU)
 
 
@@ -369,10 +370,17 @@ def load_hf_directory(
     on_cuda = device.type == "cuda"
     from aisql.engine.decoding.speculative import SpeculationConfig
 
+    if device.type == "cpu":
+        from aisql.engine.threads import ThreadGovernor
+
+        threads = ThreadGovernor(options.threads)
+    else:
+        threads = None
     engine = HFEngine(
         model,
         tokenizer,
         info,
+        threads=threads,
         max_batch_tokens=options.max_batch_tokens or (65536 if on_cuda else 16384),
         max_batch_size=options.max_batch_size or (256 if on_cuda else 64),
         kv_budget_bytes=options.kv_budget if options.kv_budget is not None else default_kv_budget(device),

@@ -31,11 +31,16 @@ def calibration_trial(directory: Path, dtype: str) -> Trial:
     prompts = engine.encode_prompts(FRAMING, questions)
     labels = encode_labels(engine.encode_label, engine.format.end_of_answer, LABELS, FRAMING)
     requests = [ScoreRequest(tuple(p), labels) for p in prompts]
-    engine.score(requests[:WARM_UP])
-    engine.reset_cache()
-    before_tokens = engine.stats.computed_tokens
-    started = process_cpu_seconds()
-    scores = engine.score(requests)
-    cpu_s = process_cpu_seconds() - started
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # CPU seconds of the arithmetic, not of threads waiting for a busy core
+    try:
+        engine.score(requests[:WARM_UP])
+        engine.reset_cache()
+        before_tokens = engine.stats.computed_tokens
+        started = process_cpu_seconds()
+        scores = engine.score(requests)
+        cpu_s = process_cpu_seconds() - started
+    finally:
+        torch.set_num_threads(threads)
     answers = [s.best == 0 for s in scores]
     return Trial(dtype, round(cpu_s, 3), engine.stats.computed_tokens - before_tokens, answers)

@@ -1,0 +1,160 @@
+"""How many threads the CPU engine computes with: the cores this process may use and nobody else
+is using, chosen at load, never more than asked.
+
+torch's default is one thread per core it sees. On a shared machine that is the worst choice: an
+OpenMP thread whose core another process holds is descheduled, and the others spin-wait for it at
+every barrier — on this 2-core host with one core busy, 2 threads burned 3-7x the CPU per token of
+1 thread. So the engine takes the cores it may run on (CPU affinity, then a cgroup CPU quota),
+subtracts the cores other processes kept busy over a short sample of /proc/stat, and keeps at
+least one. `--threads N` (or AISQL_THREADS) overrides the count; the count is said in every
+output. Choosing by load is what vLLM's CPU backend does not do (it binds one OpenMP thread per
+reserved core, VLLM_CPU_OMP_THREADS_BIND, for a machine it owns); aisql runs beside other work.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+SAMPLE_S = 0.2  # how long /proc/stat is watched for other processes' load
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    threads: int
+    usable: int  # cores this process may run on (affinity, cgroup quota)
+    busy: float  # cores other processes kept busy while sampled
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+
+
+def usable_cpus() -> int:
+    """Cores this process may run on: its affinity mask, capped by a cgroup CPU quota."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    return max(1, min(count, math.ceil(quota)) if quota else count)
+
+
+def _cgroup_quota() -> float | None:
+    """cpu.max (cgroup v2) or cfs_quota/period (v1) as a number of cores; None: unlimited."""
+    try:
+        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = int(open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read())
+        period = int(open("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read())
+        return None if quota <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
+
+
+def _cpu_times() -> tuple[float, float] | None:
+    """(busy, total) jiffies over all CPUs, from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
+def busy_cores_elsewhere(sample_s: float = SAMPLE_S) -> float:
+    """Cores other processes kept busy during a short sample (this process's own CPU removed)."""
+    before, own_before = _cpu_times(), time.process_time()
+    if before is None:
+        return 0.0
+    time.sleep(sample_s)
+    after, own = _cpu_times(), time.process_time() - own_before
+    if after is None or after[1] <= before[1]:
+        return 0.0
+    cores = os.cpu_count() or 1
+    busy_fraction = (after[0] - before[0]) / (after[1] - before[1])
+    wall = sample_s
+    return max(0.0, busy_fraction * cores - own / wall)
+
+
+def choose_threads(requested: int | None = None) -> ThreadChoice:
+    """The engine's thread count: `requested` (or AISQL_THREADS) when given, else the usable
+    cores less the ones busy elsewhere (rounded to the nearest core), at least one."""
+    usable = usable_cpus()
+    configured = os.environ.get("AISQL_THREADS", "").strip()
+    if requested is None and configured:
+        if not configured.isdigit() or int(configured) < 1:
+            from aisql.errors import ModelError
+
+            raise ModelError(f"AISQL_THREADS must be a whole number of threads >= 1, not {configured!r}")
+        requested = int(configured)
+    if requested is not None and (isinstance(requested, bool) or not isinstance(requested, int) or requested < 1):
+        from aisql.errors import ModelError
+
+        raise ModelError(f"threads must be a whole number >= 1, not {requested!r}")
+    if requested is not None:
+        return ThreadChoice(max(1, requested), usable, 0.0, "asked for")
+    busy = busy_cores_elsewhere()
+    threads = max(1, min(usable, usable - round(busy)))
+    if threads < usable:
+        reason = f"{busy:.1f} of {usable} usable cores busy with other work"
+    else:
+        reason = f"{usable} usable core{'s' if usable != 1 else ''}, idle"
+    return ThreadChoice(threads, usable, round(busy, 2), reason)
+
+
+RECHECK_S = 1.0  # between engine calls, how old a load reading may be before it is read again
+
+
+class ThreadGovernor:
+    """Keeps torch's thread count at `choose_threads`'s answer while the engine runs: the load
+    beside it is re-read between engine calls (at most once a second, from the /proc/stat delta
+    since the last reading, no sleeping), so a burst of other work moves the engine to fewer
+    threads and back. A count asked for (`--threads`) stays fixed."""
+
+    def __init__(self, requested: int | None = None) -> None:
+        self.choice = choose_threads(requested)
+        self.fixed = self.choice.reason == "asked for"
+        self._apply(self.choice.threads)
+        self._mark()
+
+    @property
+    def threads(self) -> int:
+        return self.choice.threads
+
+    def describe(self) -> str:
+        return self.choice.describe()
+
+    def adjust(self) -> None:
+        if self.fixed or time.monotonic() - self._at < RECHECK_S:
+            return
+        now, own, at = _cpu_times(), time.process_time(), time.monotonic()
+        if now is None or self._times is None or now[1] <= self._times[1]:
+            self._mark()
+            return
+        fraction = (now[0] - self._times[0]) / (now[1] - self._times[1])
+        busy = max(0.0, fraction * (os.cpu_count() or 1) - (own - self._own) / max(at - self._at, 1e-3))
+        usable = self.choice.usable
+        threads = max(1, min(usable, usable - round(busy)))
+        if threads != self.choice.threads:
+            reason = f"{busy:.1f} of {usable} usable cores busy with other work" if threads < usable else f"{usable} usable cores, idle"
+            self.choice = ThreadChoice(threads, usable, round(busy, 2), reason)
+            self._apply(threads)
+        self._mark()
+
+    def _mark(self) -> None:
+        self._times, self._own, self._at = _cpu_times(), time.process_time(), time.monotonic()
+
+    @staticmethod
+    def _apply(threads: int) -> None:
+        import torch
+
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
