@@ -528,7 +528,9 @@ def serve(
     http = uvicorn_server(server.app, ConnectionLimits(max_connections=max_connections, read_timeout=read_timeout))
     bound = sock.getsockname()[1]
     auth = f", {len(api_keys)} API key(s), cache {server.cache_isolation}" if api_keys else ""
-    stderr.print(f"serving [bold]{_escape(name)}[/bold] on {engine.info.device} at http://{host_port(host, bound)}/v1{auth} (Ctrl+C stops)")
+    governor = getattr(engine, "threads", None)
+    how = ", ".join(part for part in (engine.info.dtype, governor and governor.describe()) if part)
+    stderr.print(f"serving [bold]{_escape(name)}[/bold] on {engine.info.device} ({how}) at http://{host_port(host, bound)}/v1{auth} (Ctrl+C stops)")
     http.run(sockets=[sock])
 
 

@@ -234,14 +234,16 @@ class ModelSession:
         if self._engine is not None:
             info = self._engine.info
             governor = getattr(self._engine, "threads", None)
-            return ModelUsed(info.name, info.note, info.device, info.dtype, governor.threads if governor is not None else None)
+            numerics = info.dtype + (f" with {info.quantization} weights" if info.quantization else "")
+            return ModelUsed(info.name, info.note, info.device, numerics, governor.threads if governor is not None else None)
         from aisql.engine.model.numerics import quantization_note
 
         resolved = self.resolved_model
         quantize = self.engine_options.quantize
         notes = [n for n in (resolved.note, quantize and quantization_note(quantize)) if n]
         parts = self._fingerprint.split("/") if self._fingerprint else []
-        return ModelUsed(resolved.name, "; ".join(notes) or None, None, parts[2] if len(parts) > 2 else None)
+        numerics = parts[2] + (f" with {parts[3]} weights" if len(parts) > 3 else "") if len(parts) > 2 else None
+        return ModelUsed(resolved.name, "; ".join(notes) or None, None, numerics)
 
 
 def _ray_running() -> bool:

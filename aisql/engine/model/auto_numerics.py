@@ -30,7 +30,7 @@ from aisql.paths import cache_root, save_cache_file
 MIN_AGREEMENT = 0.98  # answers equal to float32's, on the calibration questions
 MAX_ACCURACY_LOSS = 0.01  # against their labels: one question of the 100
 MIN_SPEEDUP = 1.15  # less than this is not worth leaving float32 for
-DECISION_VERSION = 1
+DECISION_VERSION = 2  # 2: AI.IF's framing
 _BF16_FLAGS = {"avx512_bf16", "amx_bf16"}  # x86: native bf16 dot products
 _ARM_BF16_FLAGS = {"bf16"}  # aarch64 /proc/cpuinfo "Features"
 
@@ -80,6 +80,7 @@ class Trial:
     cpu_s: float
     tokens: int
     answers: list[bool] = field(repr=False)
+    margins: list[float] = field(default_factory=list, repr=False)  # log P(yes) - log P(no), per question
     agreement: float = 1.0  # with float32's answers
     accuracy: float = 0.0  # against the labels
 
@@ -146,10 +147,16 @@ def decide(model_key: str, run_trial: Callable[[str], Trial], notify: Callable[[
         dtype, reason = "float32", f"bfloat16 was only {speedup:.2f}x as fast per CPU second"
     else:
         dtype, reason = "bfloat16", f"bfloat16: {speedup:.2f}x fewer CPU seconds, {candidate.agreement:.0%} of answers equal to float32's"
+    changes = sorted(abs(a - b) for a, b in zip(candidate.margins, reference.margins))
     decision = Decision(
         dtype, reason, kind.describe(),
-        [{k: v for k, v in asdict(t).items() if k != "answers"} | {"tokens_per_cpu_s": round(t.tokens_per_cpu_s, 1)} for t in (reference, candidate)],
+        [
+            {k: v for k, v in asdict(t).items() if k not in ("answers", "margins")} | {"tokens_per_cpu_s": round(t.tokens_per_cpu_s, 1)}
+            for t in (reference, candidate)
+        ],
     )
+    if changes:  # how far the candidate moves a yes/no margin: what decides flips on harder inputs
+        decision.trials[1]["median_margin_change"] = round(changes[len(changes) // 2], 4)
     save_cache_file(decision_path(model_key, kind), json.dumps(asdict(decision), indent=2))
     say(f"note: numerics chosen in {time.perf_counter() - started:.0f} s: {dtype} ({reason})")
     return decision

@@ -9,7 +9,7 @@ from pathlib import Path
 from aisql.engine.model.auto_numerics import Trial, calibration_questions, process_cpu_seconds
 from aisql.engine.model.prompt_format import Framing, encode_labels
 
-FRAMING = Framing(system="Answer the question with Yes or No.")
+FRAMING = Framing(system=None, answer_prefix="The answer is:", label_prefix=" ")  # as AI.IF asks (the model's own system message)
 LABELS = ("Yes", "No")
 WARM_UP = 4  # questions answered before timing: first-call allocations are not the dtype's cost
 
@@ -43,4 +43,5 @@ def calibration_trial(directory: Path, dtype: str) -> Trial:
     finally:
         torch.set_num_threads(threads)
     answers = [s.best == 0 for s in scores]
-    return Trial(dtype, round(cpu_s, 3), engine.stats.computed_tokens - before_tokens, answers)
+    margins = [s.logprobs[0] - s.logprobs[1] for s in scores]
+    return Trial(dtype, round(cpu_s, 3), engine.stats.computed_tokens - before_tokens, answers, margins=margins)
