@@ -357,7 +357,7 @@ def test_aisql_serve_command():
     finally:
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=30)
-    assert f"serving tiny on cpu (float32, " in err and f" at http://127.0.0.1:{port}/v1" in err
+    assert "serving tiny on cpu (float32, " in err and f" at http://127.0.0.1:{port}/v1" in err
     assert "meaningless" in err and "Traceback" not in err
 
 
