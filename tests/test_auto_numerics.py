@@ -102,3 +102,29 @@ def test_a_model_unsure_of_many_answers_keeps_float32_even_on_a_lucky_draw(bf16_
     decision = decide("model-e", lambda dtype: reference if dtype == "float32" else candidate)
     assert decision.dtype == "float32" and "projects 75.0%" in decision.reason
     assert auto_numerics.projected_agreement([2.0, -3.0], [2.01, -2.98]) == 1.0  # noise far below every margin
+
+
+def test_explain_never_measures_and_a_run_measures_once(bf16_cpu, monkeypatch, tmp_path):
+    """explain reads only a settled choice; the first run measures, then the run's answers and
+    its summary carry the chosen numerics."""
+    import aisql
+    from aisql.engine.model.tiny import tiny_model_dir
+
+    monkeypatch.setenv("AISQL_CACHE_DIR", str(tmp_path))  # nothing decided yet
+    model = str(tiny_model_dir())  # by path: not the test model, so `auto` is measured
+    sql = "SELECT AI.IF(PROMPT('Is {0} a fruit?', x)) AS y FROM (VALUES ('apple'), ('stone')) v(x)"
+    measured = []
+    real_decide = auto_numerics.decide
+
+    def counting(key, run_trial, notify=None):
+        measured.append(key)
+        return real_decide(key, lambda dtype: trial(dtype, 3.0 if dtype == "float32" else 1.0), notify)
+
+    monkeypatch.setattr(auto_numerics, "decide", counting)
+    aisql.connect(model=model, cache=False).explain(sql)
+    assert measured == []
+    con = aisql.connect(model=model, cache=False)
+    result = con.run(sql)
+    assert len(measured) == 1 and result.stats.numerics == "bfloat16"
+    con.run(sql)
+    assert len(measured) == 1  # remembered

@@ -212,6 +212,13 @@ class ModelSession:
                 self._fingerprint = self.resolved_model.fingerprint(self.engine_options)
         return self._fingerprint
 
+    def known_fingerprint(self) -> str | None:
+        """The fingerprint when it is known without measuring anything (explain): None the first
+        time `--dtype auto` meets this model on this CPU kind, before a run has measured it."""
+        if self._fingerprint is not None or self._engine is not None or self.cluster is not None:
+            return self.fingerprint()
+        return self.resolved_model.fingerprint(self.engine_options, measure=False)
+
     # ---- the embedding model: resolved from files, loaded on first need ---------------------
     def embedding_model(self):
         """The embedding model this session means (directory, vector size, fingerprint): no torch."""

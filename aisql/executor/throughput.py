@@ -91,7 +91,10 @@ def calibrated(profile: "Hardware", measured: "Measured | None") -> "Hardware":
 
 def measured_here(profile: "Hardware", session) -> "Measured | None":
     """Runs measured this machine: they price its own profile only, never a GPU profile."""
-    return lookup(session.fingerprint()) if profile.name == session.default_hardware() else None
+    if profile.name != session.default_hardware():
+        return None
+    fingerprint = session.known_fingerprint()  # explain never measures the numerics
+    return lookup(fingerprint) if fingerprint is not None else None
 
 
 def remember(session, nodes, mode: str) -> None:

@@ -67,19 +67,21 @@ class ResolvedModel:
     note: str | None = None
     is_test: bool = False
 
-    def fingerprint(self, options: "EngineOptions") -> str:
+    def fingerprint(self, options: "EngineOptions", measure: bool = True) -> str | None:
         """Identifies weights, tokenizer and numerics: the result cache's model key (see
-        aisql.engine.model.fingerprint). Computed without loading the model."""
+        aisql.engine.model.fingerprint). Computed without loading the model — except the first
+        time `--dtype auto` meets this model on this CPU kind, when the numerics are measured;
+        `measure=False` (explain) returns None then instead."""
         if self.backend == "hf":
-            return hf_fingerprint(Path(self.location), options, is_test=self.is_test)
+            return hf_fingerprint(Path(self.location), options, is_test=self.is_test, measure=measure)
         if self.backend == "gguf":
             from aisql.engine.model.gguf import convert, gguf_identity
 
             path = Path(self.location)
             device = device_type(options.device)
             identity = gguf_identity(path)
-            dtype = resolved_dtype_name(options, device, identity, lambda: convert(path))
-            return identity + numerics_suffix(device, dtype, options.quantize)
+            dtype = resolved_dtype_name(options, device, identity, lambda: convert(path), measure=measure)
+            return None if dtype is None else identity + numerics_suffix(device, dtype, options.quantize)
         if self.backend == "openai":
             from aisql.engine.backends.remote import remote_fingerprint
 
@@ -413,13 +415,14 @@ def _device(requested: str):
     return torch.device(requested if requested != "auto" else kind)
 
 
-def hf_fingerprint(directory: Path, options: EngineOptions, *, is_test: bool = False) -> str:
+def hf_fingerprint(directory: Path, options: EngineOptions, *, is_test: bool = False, measure: bool = True) -> str | None:
     """Computed without torch where the machine has no GPU (see aisql.engine.model.numerics) and
-    `--dtype auto` is settled for this model on this CPU (aisql.engine.model.auto_numerics)."""
+    `--dtype auto` is settled for this model on this CPU (aisql.engine.model.auto_numerics);
+    None when it is not and `measure` is False."""
     device = device_type(options.device)
     identity = directory_fingerprint(directory)
-    dtype = resolved_dtype_name(options, device, identity, lambda: directory, is_test=is_test)
-    return identity + numerics_suffix(device, dtype, options.quantize)
+    dtype = resolved_dtype_name(options, device, identity, lambda: directory, is_test=is_test, measure=measure)
+    return None if dtype is None else identity + numerics_suffix(device, dtype, options.quantize)
 
 
 def resolved_dtype_name(
@@ -430,8 +433,9 @@ def resolved_dtype_name(
     *,
     is_test: bool = False,
     notify: Callable[[str], None] | None = None,
-) -> str:
-    """The dtype a model runs in. `auto` on a CPU is chosen by measurement, once per model and
+    measure: bool = True,
+) -> str | None:
+    """The dtype a model runs in (None: not decided yet, and `measure` is False). `auto` on a CPU is chosen by measurement, once per model and
     CPU kind (aisql.engine.model.auto_numerics); the offline test models and quantized weights
     (opt-in numerics of their own) stay float32."""
     if options.dtype != "auto" or device != "cpu":
@@ -441,7 +445,7 @@ def resolved_dtype_name(
     from aisql.engine.model.auto_numerics import decide, settled_cpu_dtype
 
     settled = settled_cpu_dtype(identity)
-    if settled is not None:
+    if settled is not None or not measure:
         return settled
     from aisql.engine.model.numerics_trial import calibration_trial
 
