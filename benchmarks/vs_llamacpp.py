@@ -1,6 +1,7 @@
 """aisql against llama.cpp (llama-cpp-python, a CPU build) on the same weights and token ids.
 
-The workload is the issue-28 filter: SemBench reviews under one AI.IF. Both engines see the same
+The workloads: the issue-28 filter (SemBench reviews under one AI.IF) and two AI.IF predicates
+ANDed (`--workload two-predicates`, written less selective first). Both engines see the same
 prompt token ids (aisql's, from the model's chat template and AI.IF's framing) and score the same
 one-token labels " Yes"/" No". llama.cpp runs its best loop for a filter: prompts sorted, each
 evaluated from the longest prefix it shares with the one before (its KV cache kept), one decode
@@ -30,8 +31,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 REVIEWS = ROOT.parent / "shared" / "data" / "sembench_movie" / "Reviews.csv"
-TEMPLATE = "Is this movie review positive? Review: {0}"
-QUERY = "SELECT id, AI.IF(PROMPT('Is this movie review positive? Review: {0}', t)) AS yes FROM reviews ORDER BY id"
+POSITIVE = "Is this movie review positive? Review: {0}"
+ACTING = "Does this movie review talk about the acting or the actors? Review: {0}"
+# Each workload: the AI.IF templates in the order the query writes them, and the query. Its answer
+# per review: whether the review is kept. llama.cpp's loop evaluates the predicates in the written
+# order, each only on the reviews the ones before kept (a short-circuit AND), prompts sorted.
+WORKLOADS = {
+    "filter": ([POSITIVE], "SELECT id FROM reviews WHERE AI.IF(PROMPT('%s', t)) ORDER BY id" % POSITIVE),
+    # written with the less selective predicate first: aisql's planner may reorder, a loop does not
+    "two-predicates": (
+        [POSITIVE, ACTING],
+        "SELECT id FROM reviews WHERE AI.IF(PROMPT('%s', t)) AND AI.IF(PROMPT('%s', t)) ORDER BY id" % (POSITIVE, ACTING),
+    ),
+}
 
 
 def gguf_of(name: str) -> Path:
@@ -51,7 +63,7 @@ def reviews(count: int) -> list[str]:
     return [r["reviewText"] for r in list(csv.DictReader(REVIEWS.open()))[:count]]
 
 
-def prompt_ids(gguf: Path, texts: list[str]) -> tuple[list[tuple[int, ...]], tuple[tuple[int, ...], ...]]:
+def prompt_ids(gguf: Path, texts: list[str], template: str) -> tuple[list[tuple[int, ...]], tuple[tuple[int, ...], ...]]:
     """The token ids aisql sends for AI.IF over these texts, and its label ids — weight-free."""
     from aisql.engine.model.loader import EngineOptions, load_model_facts, resolve_model
     from aisql.engine.model.prompt_format import encode_labels
@@ -60,13 +72,13 @@ def prompt_ids(gguf: Path, texts: list[str]) -> tuple[list[tuple[int, ...]], tup
 
     facts = load_model_facts(resolve_model(str(gguf)), EngineOptions(dtype="float32"))
     task = by_name("IF").task(Options())
-    ids = facts.format.encode_prompts(task.framing, [TEMPLATE.format(t) for t in texts])
+    ids = facts.format.encode_prompts(task.framing, [template.format(t) for t in texts])
     labels = encode_labels(facts.encode_label, facts.format.end_of_answer, task.labels, task.framing)
     return [tuple(i) for i in ids], labels
 
 
 # ---- one configuration per process -------------------------------------------------------------
-def aisql_child(gguf: str, count: int, dtype: str, threads: int | None) -> dict:
+def aisql_child(gguf: str, count: int, dtype: str, threads: int | None, workload: str = "filter") -> dict:
     import pyarrow as pa
 
     import aisql
@@ -76,12 +88,14 @@ def aisql_child(gguf: str, count: int, dtype: str, threads: int | None) -> dict:
     con.register("reviews", pa.table({"id": list(range(len(texts))), "t": texts}))
     con.run("SELECT AI.IF(PROMPT('Is this movie review positive? Review: {0}', 'warm up')) AS x")
     cpu, wall = time.process_time(), time.perf_counter()
-    result = con.run(QUERY)
+    result = con.run(WORKLOADS[workload][1])
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    kept = set(result.table.column("id").to_pylist())
+    totals = result.stats.totals()
     return {
         "engine": "aisql planned", "numerics": result.stats.numerics, "threads": result.stats.threads,
-        "cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "computed_tokens": result.stats.totals()["computed_tokens"],
-        "answers": result.table.column("yes").to_pylist(),
+        "cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "computed_tokens": totals["computed_tokens"],
+        "prompts": totals["prompts_evaluated"], "answers": [i in kept for i in range(len(texts))],
     }
 
 
@@ -90,39 +104,40 @@ def llamacpp_child(gguf: str, count: int, threads: int | None, ids_file: str) ->
     from llama_cpp import Llama
 
     data = json.loads(Path(ids_file).read_text())
-    prompts = [tuple(p) for p in data["prompts"]]
+    predicates = [[tuple(p) for p in prompts] for prompts in data["predicates"]]
     labels = [tuple(label) for label in data["labels"]]
     if any(len(label) != 1 for label in labels):
         raise SystemExit("this loop scores one-token labels only")
-    label_ids = [label[0] for label in labels]
-    longest = max(len(p) for p in prompts)
+    yes, no = labels[0][0], labels[1][0]
+    longest = max(len(p) for prompts in predicates for p in prompts)
     kwargs = {"n_threads": threads, "n_threads_batch": threads} if threads else {}
     llm = Llama(model_path=gguf, n_ctx=max(512, longest + 8), n_batch=512, logits_all=False, verbose=False, **kwargs)
-    llm.eval(list(prompts[0][:8]))  # warm up
+    llm.eval(list(predicates[0][0][:8]))  # warm up
     llm.reset()
-    order = sorted(range(len(prompts)), key=lambda i: prompts[i])
-    answers: list[bool] = [False] * len(prompts)
-    previous: tuple[int, ...] = ()
-    computed = 0
+    kept = [True] * len(predicates[0])
+    computed = prompts_run = 0
     cpu, wall = time.process_time(), time.perf_counter()
-    for index in order:
-        ids = prompts[index]
-        shared = 0
-        for a, b in zip(previous, ids):
-            if a != b:
-                break
-            shared += 1
-        shared = min(shared, len(ids) - 1)  # the last position is run again for its logits
-        llm.n_tokens = shared
-        llm.eval(list(ids[shared:]))
-        computed += len(ids) - shared
-        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
-        answers[index] = bool(logits[label_ids[0]] >= logits[label_ids[1]])
-        previous = ids
+    for prompts in predicates:
+        previous: tuple[int, ...] = ()
+        for index in sorted((i for i in range(len(prompts)) if kept[i]), key=lambda i: prompts[i]):
+            ids = prompts[index]
+            shared = 0
+            for a, b in zip(previous, ids):
+                if a != b:
+                    break
+                shared += 1
+            shared = min(shared, len(ids) - 1)  # the last position is run again for its logits
+            llm.n_tokens = shared
+            llm.eval(list(ids[shared:]))
+            computed += len(ids) - shared
+            prompts_run += 1
+            logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+            kept[index] = bool(logits[yes] >= logits[no])
+            previous = ids
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     return {
         "engine": "llama.cpp sorted + prefix kept", "file": Path(gguf).name, "threads": threads or os.cpu_count(),
-        "cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "computed_tokens": computed, "answers": answers,
+        "cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "computed_tokens": computed, "prompts": prompts_run, "answers": kept,
     }
 
 
@@ -160,18 +175,27 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--reviews", type=int, default=300)
     parser.add_argument("--threads", default="1,default", help="thread settings to run: 1 and/or default")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="filter")
+    parser.add_argument("--weights", default="as shipped,Q8_0,Q4_0", help="llama.cpp weights to run")
     args = parser.parse_args()
     gguf = gguf_of(args.model)
-    prompts, labels = prompt_ids(gguf, reviews(args.reviews))
+    texts = reviews(args.reviews)
+    predicates = []
+    for template in WORKLOADS[args.workload][0]:
+        prompts, labels = prompt_ids(gguf, texts, template)
+        predicates.append(prompts)
     ids_file = ROOT / "benchmarks" / "results" / f".vs_llamacpp_ids_{args.model}.json"
-    ids_file.write_text(json.dumps({"prompts": prompts, "labels": labels}))
-    files = {"as shipped": gguf, "Q8_0": requantized(gguf, "Q8_0"), "Q4_0": requantized(gguf, "Q4_0")}
+    ids_file.write_text(json.dumps({"predicates": predicates, "labels": labels}))
+    files = {name: gguf if name == "as shipped" else requantized(gguf, name) for name in args.weights.split(",")}
     rows = []
     try:
         for setting in args.threads.split(","):
             threads = None if setting == "default" else int(setting)
             for dtype in ("float32", "auto"):
-                rows.append(run_child(f"aisql_child({str(gguf)!r}, {args.reviews}, {dtype!r}, {threads!r})") | {"dtype_asked": dtype, "threads_asked": setting})
+                rows.append(
+                    run_child(f"aisql_child({str(gguf)!r}, {args.reviews}, {dtype!r}, {threads!r}, {args.workload!r})")
+                    | {"dtype_asked": dtype, "threads_asked": setting}
+                )
                 print({k: v for k, v in rows[-1].items() if k != "answers"}, flush=True)
             for name, path in files.items():
                 rows.append(run_child(f"llamacpp_child({str(path)!r}, {args.reviews}, {threads!r}, {str(ids_file)!r})") | {"weights": name, "threads_asked": setting})
@@ -182,8 +206,12 @@ def main() -> None:
     for row in rows:
         row["agreement_with_aisql_float32"] = round(sum(a == b for a, b in zip(row.pop("answers"), reference)) / len(reference), 4)
         row["tokens_per_cpu_s"] = round(row["computed_tokens"] / row["cpu_s"], 1) if row["cpu_s"] else None
-    out = {"model": args.model, "gguf": gguf.name, "reviews": args.reviews, "prompt_tokens": sum(map(len, prompts)), "rows": rows}
-    path = ROOT / "benchmarks" / "results" / f"vs_llamacpp_{args.model}.json"
+    out = {
+        "model": args.model, "gguf": gguf.name, "reviews": args.reviews, "workload": args.workload,
+        "query": WORKLOADS[args.workload][1], "rows": rows,
+    }
+    suffix = "" if args.workload == "filter" else f"_{args.workload}"
+    path = ROOT / "benchmarks" / "results" / f"vs_llamacpp_{args.model}{suffix}.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"written {path}")
 
