@@ -8,6 +8,7 @@ the work is identical in each (same prompts, same computed tokens), so CPU secon
 
     python benchmarks/cpu_numerics.py --model smollm2 --reviews 150
     python benchmarks/cpu_numerics.py --model qwen-0.5b --reviews 150   # benchmarks/reference_models.py
+    python benchmarks/cpu_numerics.py --model qwen-0.5b --reviews 2000 --dtypes float32,auto --skip-threads --tag _2000
 """
 
 from __future__ import annotations
@@ -86,11 +87,13 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--reviews", type=int, default=150)
     parser.add_argument("--skip-threads", action="store_true")
+    parser.add_argument("--dtypes", default="float32,bfloat16,int8,auto", help="numerics to run at one thread (float32 first: the reference)")
+    parser.add_argument("--tag", default="", help="suffix of the result file's name")
     args = parser.parse_args()
     spec = model_spec(args.model)
 
     numerics = {}
-    for dtype in ("float32", "bfloat16", "int8", "auto"):
+    for dtype in args.dtypes.split(","):
         numerics[dtype] = run_child(spec, args.reviews, dtype, 1)
         print(dtype, {k: v for k, v in numerics[dtype].items() if k not in ("answers", "labels")}, flush=True)
     reference = numerics["float32"]["answers"]
@@ -121,7 +124,7 @@ def main() -> None:
         "numerics": {k: {x: y for x, y in v.items() if x not in ("answers", "labels")} for k, v in numerics.items()},
         "threads": policy,
     }
-    path = ROOT / "benchmarks" / "results" / f"cpu_numerics_{args.model}.json"
+    path = ROOT / "benchmarks" / "results" / f"cpu_numerics_{args.model}{args.tag}.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"written {path}")
 

@@ -1,7 +1,8 @@
 """aisql against llama.cpp (llama-cpp-python, a CPU build) on the same weights and token ids.
 
-The workloads: the issue-28 filter (SemBench reviews under one AI.IF) and two AI.IF predicates
-ANDed (`--workload two-predicates`, written less selective first). Both engines see the same
+The workloads: the issue-28 filter (SemBench reviews under one AI.IF), two AI.IF predicates
+ANDed (`--workload two-predicates`, written less selective first), and an AI join of 10 movies x
+30 reviews (`--workload join`, 300 pair prompts). Both engines see the same
 prompt token ids (aisql's, from the model's chat template and AI.IF's framing) and score the same
 one-token labels " Yes"/" No". llama.cpp runs its best loop for a filter: prompts sorted, each
 evaluated from the longest prefix it shares with the one before (its KV cache kept), one decode
@@ -63,6 +64,27 @@ def reviews(count: int) -> list[str]:
     return [r["reviewText"] for r in list(csv.DictReader(REVIEWS.open()))[:count]]
 
 
+MOVIES = REVIEWS.parent / "Movies.csv"
+JOIN_MOVIES, JOIN_REVIEWS_EACH = 10, 3
+PAIR = "Movie: {0}. Review: {1} Is this review about this movie?"
+JOIN_QUERY = (
+    "SELECT m.mid, r.rid FROM movies m JOIN reviews r "
+    "ON AI.IF(PROMPT('Movie: {m.title}. Review: {r.t} Is this review about this movie?')) ORDER BY m.mid, r.rid"
+)
+
+
+def join_tables() -> tuple[list[str], list[str]]:
+    """Ten movies and three reviews of each (30 x 10 = 300 pair prompts): titles, review texts."""
+    titles = {m["id"]: m["title"] for m in csv.DictReader(MOVIES.open())}
+    chosen: dict[str, list[str]] = {}
+    for review in csv.DictReader(REVIEWS.open()):
+        if review["id"] in titles and (review["id"] in chosen or len(chosen) < JOIN_MOVIES):
+            texts = chosen.setdefault(review["id"], [])
+            if len(texts) < JOIN_REVIEWS_EACH:
+                texts.append(review["reviewText"])
+    return [titles[m] for m in chosen], [t for texts in chosen.values() for t in texts]
+
+
 def prompt_ids(gguf: Path, texts: list[str], template: str) -> tuple[list[tuple[int, ...]], tuple[tuple[int, ...], ...]]:
     """The token ids aisql sends for AI.IF over these texts, and its label ids — weight-free."""
     from aisql.engine.model.loader import EngineOptions, load_model_facts, resolve_model
@@ -83,19 +105,27 @@ def aisql_child(gguf: str, count: int, dtype: str, threads: int | None, workload
 
     import aisql
 
-    texts = reviews(count)
     con = aisql.connect(model=gguf, cache=False, dtype=dtype, threads=threads)
-    con.register("reviews", pa.table({"id": list(range(len(texts))), "t": texts}))
+    if workload == "join":
+        titles, texts = join_tables()
+        con.register("movies", pa.table({"mid": list(range(len(titles))), "title": titles}))
+        con.register("reviews", pa.table({"rid": list(range(len(texts))), "t": texts}))
+        query, width = JOIN_QUERY, len(titles) * len(texts)
+    else:
+        texts = reviews(count)
+        con.register("reviews", pa.table({"id": list(range(len(texts))), "t": texts}))
+        query, width = WORKLOADS[workload][1], len(texts)
     con.run("SELECT AI.IF(PROMPT('Is this movie review positive? Review: {0}', 'warm up')) AS x")
     cpu, wall = time.process_time(), time.perf_counter()
-    result = con.run(WORKLOADS[workload][1])
+    result = con.run(query)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    kept = set(result.table.column("id").to_pylist())
+    rows = result.table.to_pylist()
+    kept = {r["mid"] * len(texts) + r["rid"] for r in rows} if workload == "join" else {r["id"] for r in rows}
     totals = result.stats.totals()
     return {
         "engine": "aisql planned", "numerics": result.stats.numerics, "threads": result.stats.threads,
         "cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "computed_tokens": totals["computed_tokens"],
-        "prompts": totals["prompts_evaluated"], "answers": [i in kept for i in range(len(texts))],
+        "prompts": totals["prompts_evaluated"], "answers": [i in kept for i in range(width)],
     }
 
 
@@ -175,15 +205,20 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--reviews", type=int, default=300)
     parser.add_argument("--threads", default="1,default", help="thread settings to run: 1 and/or default")
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="filter")
+    parser.add_argument("--workload", choices=sorted([*WORKLOADS, "join"]), default="filter")
     parser.add_argument("--weights", default="as shipped,Q8_0,Q4_0", help="llama.cpp weights to run")
     args = parser.parse_args()
     gguf = gguf_of(args.model)
-    texts = reviews(args.reviews)
     predicates = []
-    for template in WORKLOADS[args.workload][0]:
-        prompts, labels = prompt_ids(gguf, texts, template)
+    if args.workload == "join":  # pair prompts, movie-major: index = movie * reviews + review
+        titles, texts = join_tables()
+        prompts, labels = prompt_ids(gguf, [PAIR.format(title, text) for title in titles for text in texts], "{0}")
         predicates.append(prompts)
+    else:
+        texts = reviews(args.reviews)
+        for template in WORKLOADS[args.workload][0]:
+            prompts, labels = prompt_ids(gguf, texts, template)
+            predicates.append(prompts)
     ids_file = ROOT / "benchmarks" / "results" / f".vs_llamacpp_ids_{args.model}.json"
     ids_file.write_text(json.dumps({"predicates": predicates, "labels": labels}))
     files = {name: gguf if name == "as shipped" else requantized(gguf, name) for name in args.weights.split(",")}
@@ -208,7 +243,7 @@ def main() -> None:
         row["tokens_per_cpu_s"] = round(row["computed_tokens"] / row["cpu_s"], 1) if row["cpu_s"] else None
     out = {
         "model": args.model, "gguf": gguf.name, "reviews": args.reviews, "workload": args.workload,
-        "query": WORKLOADS[args.workload][1], "rows": rows,
+        "query": JOIN_QUERY if args.workload == "join" else WORKLOADS[args.workload][1], "rows": rows,
     }
     suffix = "" if args.workload == "filter" else f"_{args.workload}"
     path = ROOT / "benchmarks" / "results" / f"vs_llamacpp_{args.model}{suffix}.json"
