@@ -147,7 +147,7 @@ def main() -> None:
     sessions = {}
     for mode, prefix_cache in (("reuse", True), ("no_reuse", False)):
         engine = load_hf_directory(
-            directory, name="tiny-32k-16k", options=EngineOptions(prefix_cache=prefix_cache), source="built offline"
+            directory, name="tiny-32k-16k", options=EngineOptions(prefix_cache=prefix_cache), source="built offline", is_test=True
         )
         profile = engine.runner.profile
         with BackgroundServer(engine, "agent") as server:

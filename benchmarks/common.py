@@ -32,7 +32,7 @@ def bench_engine(**options):
     from aisql.engine.model.tiny import TinyConfig, tiny_model_dir
 
     directory = tiny_model_dir(TinyConfig(**BENCH_TINY))
-    return load_hf_directory(directory, name="tiny-32k", options=EngineOptions(**options), source="built offline")
+    return load_hf_directory(directory, name="tiny-32k", options=EngineOptions(**options), source="built offline", is_test=True)
 
 
 # The smaller model the first measurements used, for comparison (`run.py --model tiny-32k-small`).
@@ -45,7 +45,7 @@ def bench_engine_small(**options):
     from aisql.engine.model.tiny import TinyConfig, tiny_model_dir
 
     directory = tiny_model_dir(TinyConfig(**BENCH_TINY_SMALL))
-    return load_hf_directory(directory, name="tiny-32k-small", options=EngineOptions(**options), source="built offline")
+    return load_hf_directory(directory, name="tiny-32k-small", options=EngineOptions(**options), source="built offline", is_test=True)
 
 
 def machine() -> dict:

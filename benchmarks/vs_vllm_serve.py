@@ -105,7 +105,7 @@ def main() -> None:
     directory = tiny_model_dir(TinyConfig(**AGENT_TINY))
     record = {"benchmark": "vs_vllm_serve", "model": "tiny-32k, 16k context, float32", "machine": machine(), "servers": {}}
 
-    engine = load_hf_directory(directory, name="tiny-32k-16k", options=EngineOptions(), source="built offline")
+    engine = load_hf_directory(directory, name="tiny-32k-16k", options=EngineOptions(), source="built offline", is_test=True)
     with BackgroundServer(engine, "agent") as server:
         turns = measure_agent(server.base_url, args, engine.reset_cache)
     engine.reset_cache()
