@@ -27,6 +27,7 @@ class ThreadChoice:
     usable: int  # cores this process may run on (affinity, cgroup quota)
     busy: float  # cores other processes kept busy while sampled
     reason: str
+    asked: bool = False  # --threads / AISQL_THREADS: kept as given
 
     def describe(self) -> str:
         return f"{self.threads} thread{'s' if self.threads != 1 else ''}"
@@ -69,39 +70,37 @@ def _cpu_times() -> tuple[float, float] | None:
     return total - idle, total
 
 
+@dataclass(frozen=True)
+class LoadReading:
+    """The machine's CPU counters, this process's CPU time and the clock, at one moment."""
+
+    times: tuple[float, float] | None
+    own_s: float
+    at: float
+
+    @staticmethod
+    def now() -> "LoadReading":
+        return LoadReading(_cpu_times(), time.process_time(), time.monotonic())
+
+    def busy_elsewhere_since(self, before: "LoadReading") -> float | None:
+        """Cores other processes kept busy between `before` and this reading (this process's own
+        CPU removed); None when the counters cannot tell."""
+        if self.times is None or before.times is None or self.times[1] <= before.times[1]:
+            return None
+        fraction = (self.times[0] - before.times[0]) / (self.times[1] - before.times[1])
+        own_cores = (self.own_s - before.own_s) / max(self.at - before.at, 1e-3)
+        return max(0.0, fraction * (os.cpu_count() or 1) - own_cores)
+
+
 def busy_cores_elsewhere(sample_s: float = SAMPLE_S) -> float:
-    """Cores other processes kept busy during a short sample (this process's own CPU removed)."""
-    before, own_before = _cpu_times(), time.process_time()
-    if before is None:
-        return 0.0
+    """Cores other processes kept busy during a short sample."""
+    before = LoadReading.now()
     time.sleep(sample_s)
-    after, own = _cpu_times(), time.process_time() - own_before
-    if after is None or after[1] <= before[1]:
-        return 0.0
-    cores = os.cpu_count() or 1
-    busy_fraction = (after[0] - before[0]) / (after[1] - before[1])
-    wall = sample_s
-    return max(0.0, busy_fraction * cores - own / wall)
+    return LoadReading.now().busy_elsewhere_since(before) or 0.0
 
 
-def choose_threads(requested: int | None = None) -> ThreadChoice:
-    """The engine's thread count: `requested` (or AISQL_THREADS) when given, else the usable
-    cores less the ones busy elsewhere (rounded to the nearest core), at least one."""
-    usable = usable_cpus()
-    configured = os.environ.get("AISQL_THREADS", "").strip()
-    if requested is None and configured:
-        if not configured.isdigit() or int(configured) < 1:
-            from aisql.errors import ModelError
-
-            raise ModelError(f"AISQL_THREADS must be a whole number of threads >= 1, not {configured!r}")
-        requested = int(configured)
-    if requested is not None and (isinstance(requested, bool) or not isinstance(requested, int) or requested < 1):
-        from aisql.errors import ModelError
-
-        raise ModelError(f"threads must be a whole number >= 1, not {requested!r}")
-    if requested is not None:
-        return ThreadChoice(max(1, requested), usable, 0.0, "asked for")
-    busy = busy_cores_elsewhere()
+def _fit(usable: int, busy: float) -> ThreadChoice:
+    """The usable cores less the ones busy elsewhere (rounded to the nearest core), at least one."""
     threads = max(1, min(usable, usable - round(busy)))
     if threads < usable:
         reason = f"{busy:.1f} of {usable} usable cores busy with other work"
@@ -110,20 +109,37 @@ def choose_threads(requested: int | None = None) -> ThreadChoice:
     return ThreadChoice(threads, usable, round(busy, 2), reason)
 
 
+def choose_threads(requested: int | None = None) -> ThreadChoice:
+    """The engine's thread count: `requested` (or AISQL_THREADS) when given, else what the load
+    leaves (`_fit`)."""
+    from aisql.errors import ModelError
+
+    configured = os.environ.get("AISQL_THREADS", "").strip()
+    if requested is None and configured:
+        if not configured.isdigit() or int(configured) < 1:
+            raise ModelError(f"AISQL_THREADS must be a whole number of threads >= 1, not {configured!r}")
+        requested = int(configured)
+    usable = usable_cpus()
+    if requested is None:
+        return _fit(usable, busy_cores_elsewhere())
+    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+        raise ModelError(f"threads must be a whole number >= 1, not {requested!r}")
+    return ThreadChoice(requested, usable, 0.0, "asked for", asked=True)
+
+
 RECHECK_S = 1.0  # between engine calls, how old a load reading may be before it is read again
 
 
 class ThreadGovernor:
     """Keeps torch's thread count at `choose_threads`'s answer while the engine runs: the load
-    beside it is re-read between engine calls (at most once a second, from the /proc/stat delta
+    beside it is re-read between engine calls (at most once a second, from the counters' change
     since the last reading, no sleeping), so a burst of other work moves the engine to fewer
     threads and back. A count asked for (`--threads`) stays fixed."""
 
     def __init__(self, requested: int | None = None) -> None:
         self.choice = choose_threads(requested)
-        self.fixed = self.choice.reason == "asked for"
         self._apply(self.choice.threads)
-        self._mark()
+        self._last = LoadReading.now()
 
     @property
     def threads(self) -> int:
@@ -133,24 +149,17 @@ class ThreadGovernor:
         return self.choice.describe()
 
     def adjust(self) -> None:
-        if self.fixed or time.monotonic() - self._at < RECHECK_S:
+        if self.choice.asked or time.monotonic() - self._last.at < RECHECK_S:
             return
-        now, own, at = _cpu_times(), time.process_time(), time.monotonic()
-        if now is None or self._times is None or now[1] <= self._times[1]:
-            self._mark()
+        reading = LoadReading.now()
+        busy = reading.busy_elsewhere_since(self._last)
+        self._last = reading
+        if busy is None:
             return
-        fraction = (now[0] - self._times[0]) / (now[1] - self._times[1])
-        busy = max(0.0, fraction * (os.cpu_count() or 1) - (own - self._own) / max(at - self._at, 1e-3))
-        usable = self.choice.usable
-        threads = max(1, min(usable, usable - round(busy)))
-        if threads != self.choice.threads:
-            reason = f"{busy:.1f} of {usable} usable cores busy with other work" if threads < usable else f"{usable} usable cores, idle"
-            self.choice = ThreadChoice(threads, usable, round(busy, 2), reason)
-            self._apply(threads)
-        self._mark()
-
-    def _mark(self) -> None:
-        self._times, self._own, self._at = _cpu_times(), time.process_time(), time.monotonic()
+        choice = _fit(self.choice.usable, busy)
+        if choice.threads != self.choice.threads:
+            self.choice = choice
+            self._apply(choice.threads)
 
     @staticmethod
     def _apply(threads: int) -> None:

@@ -248,9 +248,9 @@ class ModelSession:
         resolved = self.resolved_model
         quantize = self.engine_options.quantize
         notes = [n for n in (resolved.note, quantize and quantization_note(quantize)) if n]
-        parts = self._fingerprint.split("/") if self._fingerprint else []
-        numerics = parts[2] + (f" with {parts[3]} weights" if len(parts) > 3 else "") if len(parts) > 2 else None
-        return ModelUsed(resolved.name, "; ".join(notes) or None, None, numerics)
+        from aisql.engine.model.fingerprint import numerics_of
+
+        return ModelUsed(resolved.name, "; ".join(notes) or None, None, numerics_of(self._fingerprint) if self._fingerprint else None)
 
 
 def _ray_running() -> bool:

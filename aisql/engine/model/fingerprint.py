@@ -41,6 +41,15 @@ def numerics_suffix(device_type: str, dtype: str, quantize: str | None) -> str:
     return f"/{device_type}/{dtype}" + (f"/{quantize}" if quantize else "")
 
 
+def numerics_of(fingerprint: str) -> str | None:
+    """The numerics a fingerprint names (numerics_suffix read back), as outputs say them:
+    "bfloat16", "float32 with int8 weights"; None for a fingerprint without them (remote)."""
+    parts = fingerprint.split("/")
+    if len(parts) < 3:
+        return None
+    return parts[2] + (f" with {parts[3]} weights" if len(parts) > 3 else "")
+
+
 def file_digest(path: Path) -> str:
     """SHA-256 of a file's content: the blob name for Hub cache links, else hashed and memoised."""
     resolved = path.resolve()

@@ -75,11 +75,11 @@ class ResolvedModel:
         if self.backend == "hf":
             return hf_fingerprint(Path(self.location), options, is_test=self.is_test, measure=measure)
         if self.backend == "gguf":
-            from aisql.engine.model.gguf import convert, gguf_identity
+            from aisql.engine.model.gguf import convert
 
             path = Path(self.location)
             device = device_type(options.device)
-            identity = gguf_identity(path)
+            identity = self.identity()
             dtype = resolved_dtype_name(options, device, identity, lambda: convert(path), measure=measure)
             return None if dtype is None else identity + numerics_suffix(device, dtype, options.quantize)
         if self.backend == "openai":
@@ -87,6 +87,15 @@ class ResolvedModel:
 
             return remote_fingerprint(self.name)
         return vllm_fingerprint(self.location, options)
+
+    def identity(self) -> str:
+        """The embedded engine's model identity without numerics: a GGUF file's content hash, a
+        directory's fingerprint."""
+        if self.backend == "gguf":
+            from aisql.engine.model.gguf import gguf_identity
+
+            return gguf_identity(Path(self.location))
+        return directory_fingerprint(Path(self.location))
 
 
 def resolve_model(
@@ -129,12 +138,9 @@ def load_resolved(model: ResolvedModel, options: EngineOptions, notify: Callable
     if model.backend == "gguf":
         from aisql.engine.model.gguf import convert
 
-        from aisql.engine.model.gguf import gguf_identity
-
         directory = convert(Path(model.location), notify)
         return load_hf_directory(
-            directory, name=model.name, options=options, source=model.source, note=model.note,
-            identity=gguf_identity(Path(model.location)), notify=notify,
+            directory, name=model.name, options=options, source=model.source, note=model.note, identity=model.identity(), notify=notify
         )
     if model.backend == "openai":
         from aisql.engine.backends.remote import RemoteEngine
@@ -173,13 +179,7 @@ def _planning_dtype(options: EngineOptions, device: str, model: ResolvedModel) -
     if options.dtype == "auto" and device == "cpu" and not options.quantize and model.backend in ("hf", "gguf"):
         from aisql.engine.model.auto_numerics import remembered
 
-        if model.backend == "gguf":
-            from aisql.engine.model.gguf import gguf_identity
-
-            key = gguf_identity(Path(model.location))
-        else:
-            key = directory_fingerprint(Path(model.location))
-        decision = remembered(key)
+        decision = remembered(model.identity())
         return decision.dtype if decision else "float32"
     return dtype_name(options.dtype, device)
 
