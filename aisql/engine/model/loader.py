@@ -450,7 +450,8 @@ def resolved_dtype_name(
     from aisql.engine.model.numerics_trial import calibration_trial
 
     say = notify or (lambda line: print(line, file=sys.stderr))
-    return decide(identity, lambda dtype: calibration_trial(directory(), dtype), say).dtype
+    model_directory = directory()  # a GGUF file is converted (and refused if unreadable) before measuring
+    return decide(identity, lambda dtype: calibration_trial(model_directory, dtype), say).dtype
 
 
 def vllm_fingerprint(location: str, options: EngineOptions) -> str:
