@@ -63,3 +63,19 @@ def write(name: str, record: dict) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path
+
+
+def call_in_subprocess(module: str, call: str) -> dict:
+    """`call` (a Python expression over `module`'s names, returning JSON-able data) run in a fresh
+    interpreter: one benchmark configuration per process, so thread pools, dtypes and caches of
+    one never leak into the next."""
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parent.parent)
+    code = f"import json, sys; sys.path.insert(0, {root!r}); from {module} import *; print('RESULT ' + json.dumps({call}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        raise SystemExit(f"{call} failed:\n{done.stderr[-3000:]}")
+    return json.loads(line[len("RESULT "):])

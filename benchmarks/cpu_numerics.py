@@ -18,7 +18,6 @@ import csv
 import json
 import multiprocessing
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -65,15 +64,9 @@ def child(spec: str, reviews: int, dtype: str, threads: int | None) -> dict:
 
 
 def run_child(spec: str, reviews: int, dtype: str, threads: int | None) -> dict:
-    code = (
-        "import json, sys; sys.path.insert(0, %r); from benchmarks.cpu_numerics import child;"
-        "print('RESULT ' + json.dumps(child(%r, %d, %r, %r)))" % (str(ROOT), spec, reviews, dtype, threads)
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if line is None:
-        raise SystemExit(f"configuration {dtype}/{threads} failed:\n{done.stderr[-3000:]}")
-    return json.loads(line[len("RESULT "):])
+    from benchmarks.common import call_in_subprocess
+
+    return call_in_subprocess("benchmarks.cpu_numerics", f"child({spec!r}, {reviews}, {dtype!r}, {threads!r})")
 
 
 def burn(seconds: float) -> None:

@@ -23,7 +23,6 @@ import argparse
 import csv
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -172,12 +171,9 @@ def llamacpp_child(gguf: str, count: int, threads: int | None, ids_file: str) ->
 
 
 def run_child(call: str) -> dict:
-    code = f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); from benchmarks.vs_llamacpp import *; print('RESULT ' + json.dumps({call}))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if line is None:
-        raise SystemExit(f"{call} failed:\n{done.stderr[-3000:]}")
-    return json.loads(line[len("RESULT "):])
+    from benchmarks.common import call_in_subprocess
+
+    return call_in_subprocess("benchmarks.vs_llamacpp", call)
 
 
 def requantized(gguf: Path, kind: str) -> Path:
