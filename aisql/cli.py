@@ -529,7 +529,7 @@ def serve(
     bound = sock.getsockname()[1]
     auth = f", {len(api_keys)} API key(s), cache {server.cache_isolation}" if api_keys else ""
     governor = getattr(engine, "threads", None)
-    how = ", ".join(part for part in (engine.info.dtype, governor and governor.describe()) if part)
+    how = ", ".join(part for part in (engine.info.dtype, getattr(engine.info, "kernels", None), governor and governor.describe()) if part)
     stderr.print(f"serving [bold]{_escape(name)}[/bold] on {engine.info.device} ({how}) at http://{host_port(host, bound)}/v1{auth} (Ctrl+C stops)")
     http.run(sockets=[sock])
 

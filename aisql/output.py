@@ -335,7 +335,8 @@ def print_summary(result, output: str | None) -> None:
     parts.append(f"{result.stats.wall_s:.2f} s")
     if result.model:
         if result.model.device:
-            how = [part for part in (result.model.numerics, result.model.threads and f"{result.model.threads} thread{'s' if result.model.threads != 1 else ''}") if part]
+            threads = result.model.threads and f"{result.model.threads} thread{'s' if result.model.threads != 1 else ''}"
+            how = [part for part in (result.model.numerics, result.model.kernels, threads) if part]
             where = f"on {result.model.device}" + (f" ({', '.join(how)})" if how else "")
         elif any(n.prompts_total for n in result.stats.nodes if n.model_kind == "llm"):
             numerics = f", computed in {result.model.numerics}" if result.model.numerics else ""

@@ -117,6 +117,7 @@ class ModelInfo:
     is_test_model: bool = False
     note: str | None = None  # said with every output that used this model
     quantization: str | None = None  # opt-in weight quantization, if any
+    kernels: str | None = None  # a matmul kernel other than PyTorch's default, chosen by measurement ("oneDNN linear")
 
     def label(self) -> str:
         return f"{self.name} ({self.note})" if self.note else self.name

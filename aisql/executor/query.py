@@ -175,6 +175,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         embed_model=session.embedding_model().name if len(llm_nodes) < len(nodes) else None,
         numerics=used.numerics if used and llm_nodes else None,
         threads=used.threads if used and llm_nodes else None,
+        kernels=used.kernels if used and llm_nodes else None,
         worker_pool=[w.to_dict() for w in session.pool.worker_stats()] if session.pool is not None else [],
     )
     if results:

@@ -132,6 +132,7 @@ class RunStats:
     worker_pool: list[dict] = field(default_factory=list)  # on Ray workers: each slot over the pool's life (host, device, deaths, load s)
     numerics: str | None = None  # the dtype the answers were computed in (what answered, with the model)
     threads: int | None = None  # CPU threads the engine ran with at the end of the run
+    kernels: str | None = None  # a matmul kernel other than PyTorch's default, chosen by measurement
 
     def to_dict(self) -> dict:
         data = {"model": self.model, "model_note": self.model_note, "mode": self.mode}
@@ -139,6 +140,8 @@ class RunStats:
             data["numerics"] = self.numerics
         if self.threads:
             data["threads"] = self.threads
+        if self.kernels:
+            data["kernels"] = self.kernels
         if self.embed_model:
             data["embed_model"] = self.embed_model
         data["approximate"] = self.is_approximate

@@ -36,6 +36,7 @@ class ModelUsed:
     device: str | None  # None: not loaded, every answer came from the result cache
     numerics: str | None = None  # the dtype the answers were computed in (e.g. "bfloat16"), loaded or cached
     threads: int | None = None  # CPU threads the engine computes with now (None: not a CPU engine, or not loaded)
+    kernels: str | None = None  # a matmul kernel other than PyTorch's default ("oneDNN linear"), when loaded
 
 
 class ModelSession:
@@ -242,7 +243,8 @@ class ModelSession:
             info = self._engine.info
             governor = getattr(self._engine, "threads", None)
             numerics = info.dtype + (f" with {info.quantization} weights" if info.quantization else "")
-            return ModelUsed(info.name, info.note, info.device, numerics, governor.threads if governor is not None else None)
+            threads = governor.threads if governor is not None else None
+            return ModelUsed(info.name, info.note, info.device, numerics, threads, getattr(info, "kernels", None))
         from aisql.engine.model.numerics import quantization_note
 
         resolved = self.resolved_model

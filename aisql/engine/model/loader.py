@@ -354,6 +354,11 @@ def load_hf_directory(
         from aisql.engine.model.quantize import quantize_model
 
         quantization = quantize_model(model, options.quantize, device)
+    kernels = None
+    if device.type == "cpu" and not options.quantize:
+        from aisql.engine.model import linear_kernels
+
+        kernels = linear_kernels.apply(model, dtype_named).describe()
     config = model.config
     max_context = int(getattr(config, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 4096))
     notes = [n for n in (note, quantization and quantization.note) if n]
@@ -368,6 +373,7 @@ def load_hf_directory(
         is_test_model=is_test,
         note="; ".join(notes) or None,
         quantization=options.quantize,
+        kernels=kernels,
     )
     on_cuda = device.type == "cuda"
     from aisql.engine.decoding.speculative import SpeculationConfig

@@ -25,6 +25,9 @@ def calibration_trial(directory: Path, dtype: str) -> Trial:
     transformers.utils.logging.set_verbosity_error()
     tokenizer = AutoTokenizer.from_pretrained(directory)
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=getattr(torch, dtype))
+    from aisql.engine.model import linear_kernels
+
+    linear_kernels.apply(model, dtype)  # each numerics on the kernel it would run on
     info = ModelInfo(name="calibration", source=str(directory), device="cpu", dtype=dtype, max_context=4096, fingerprint="calibration")
     engine = HFEngine(model, tokenizer, info, max_batch_tokens=16384, max_batch_size=64, kv_budget_bytes=256 << 20, speculation=None)
     questions = [question for question, _ in calibration_questions()]
