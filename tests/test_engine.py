@@ -384,3 +384,30 @@ def test_labels_that_begin_other_labels_are_scored_as_complete_answers(tiny_engi
     monkeypatch.setattr(tiny_engine, "score", says_ten)
     con = aisql.Connection(engine=tiny_engine, cache=False)
     assert con.run("SELECT AI.CLASSIFY('What is 5 + 5?', ['1', '7', '10']) AS c").table.to_pylist() == [{"c": "10"}]
+
+
+@pytest.mark.parametrize("suffix_lengths", [[3, 3, 3, 3, 3, 3], [1, 5, 2, 9, 4, 4, 7, 3]])
+def test_independent_suffixes_batched_per_segment_score_as_under_the_block_mask(reference, monkeypatch, suffix_lengths):
+    """A group of short suffixes after one cached prefix runs as a padded batch (aisql.engine.batch.flat):
+    same scores as the block-masked group and as no reuse, padding never attended."""
+    from aisql.engine.batch import flat
+
+    anchor = list(range(100, 160))
+    prompts = [tuple(anchor + list(range(200 + 10 * i, 200 + 10 * i + n))) for i, n in enumerate(suffix_lengths)]
+    labels = (reference.encode_label("TRUE"), reference.encode_label("FALSE"))
+    assert all(len(label) == 1 for label in labels)  # no label tails: the group's segments are independent
+    requests = [ScoreRequest(p, labels) for p in prompts]
+    expected = reference.score(requests, reuse=False)
+    batched = []
+    original = flat._batched_layout
+    monkeypatch.setattr(flat, "_batched_layout", lambda *a: batched.append(original(*a)) or batched[-1])
+    results = {}
+    for threshold in (0.0, float("inf")):  # never batched, always batched when independent
+        monkeypatch.setattr(flat, "BATCH_WHEN_BELOW", threshold)
+        engine = fresh()
+        engine.score([ScoreRequest(tuple(anchor), labels)])  # the anchor cached: the suffixes read it as their prefix
+        batched.clear()
+        results[threshold] = engine.score(requests)
+        assert any(b is not None for b in batched) == (threshold > 0)
+    assert max_diff(results[float("inf")], results[0.0]) < 1e-5
+    assert max_diff(results[float("inf")], expected) < 1e-4

