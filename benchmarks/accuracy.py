@@ -1,6 +1,6 @@
 """Answer quality against human labels: the GGR tasks and SemBench movie's AI.IF queries.
 
-    python benchmarks/accuracy.py [--model smollm2] [--only beer,Q3] [--no-naive]
+    python benchmarks/accuracy.py [--model smollm2|qwen-0.5b|qwen-1.5b|PATH] [--only beer,Q3] [--no-naive]
 
 For each task, a query in aisql SQL is run planned (and naive, to check the answers are
 identical), and its answers are scored against the human labels the way the semantic-query
@@ -27,6 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 
 import aisql
+from common import model_argument
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -223,8 +224,9 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated task names (beer, products, Q1, ...)")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive runs (planned == naive check)")
     args = parser.parse_args()
+    name, args.model = args.model, model_argument(args.model)  # qwen-0.5b / qwen-1.5b: the reference GGUFs
     chosen = set(args.only.split(",")) if args.only else None
-    out = {"model": args.model, "ggr": [], "sembench": []}
+    out = {"model": name, "ggr": [], "sembench": []}
     started = time.perf_counter()
     load_started = time.perf_counter()
     aisql.connect(model=args.model, cache=False).session.engine  # noqa: B018 - load (and convert) once, timed
@@ -235,7 +237,7 @@ def main() -> None:
         record = ggr_task(name, args.model, naive=not args.no_naive)
         out["ggr"].append(record)
         print(json.dumps({k: record[k] for k in ("task", "model", "planned")}), flush=True)
-    cache = RESULTS / f".accuracy-cache-{args.model}.sqlite"  # SemBench queries share their answers (as one session would)
+    cache = RESULTS / f".accuracy-cache-{name}.sqlite"  # SemBench queries share their answers (as one session would)
     for name in SEMBENCH:
         if chosen and name not in chosen:
             continue
@@ -245,7 +247,8 @@ def main() -> None:
     cache.unlink(missing_ok=True)
     out["wall_s"] = round(time.perf_counter() - started, 1)
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"accuracy_{args.model.replace('/', '_')}.json"
+    suffix = "_" + "_".join(sorted(chosen)) if chosen else ""
+    path = RESULTS / f"accuracy_{name.replace('/', '_')}{suffix}.json"
     path.write_text(json.dumps(out, indent=2, default=str) + "\n")
     print(f"written {path}")
 

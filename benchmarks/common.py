@@ -79,3 +79,14 @@ def call_in_subprocess(module: str, call: str) -> dict:
     if line is None:
         raise SystemExit(f"{call} failed:\n{done.stderr[-3000:]}")
     return json.loads(line[len("RESULT "):])
+
+
+def model_argument(name: str) -> str:
+    """What `aisql.connect(model=...)` takes for a benchmark's `--model`: a reference model's short
+    name (qwen-0.5b, qwen-1.5b: its verified GGUF, fetched once by reference_models.py), else the
+    name as given (smollm2, tiny, a path, a Hub id)."""
+    from reference_models import REFERENCE_MODELS, fetch
+
+    if name in REFERENCE_MODELS:
+        return str(fetch(name))
+    return name

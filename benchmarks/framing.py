@@ -1,6 +1,6 @@
 """Which framing lets a small real model answer AI.IF: candidate framings measured on dev data.
 
-    python benchmarks/framing.py [--model smollm2] [--reviews 120]
+    python benchmarks/framing.py [--model smollm2|qwen-0.5b|qwen-1.5b] [--reviews 120]
 
 A framing is what surrounds the user's prompt: system message, suffix, the start of the answer,
 the two answer labels. Each candidate scores every dev prompt in one forward pass; the answer is
@@ -115,7 +115,9 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--reviews", type=int, default=120)
     args = parser.parse_args()
-    engine = load_engine(args.model)
+    from common import model_argument
+
+    engine = load_engine(model_argument(args.model))  # qwen-0.5b / qwen-1.5b: the reference GGUFs
     reviews = sembench(args.reviews)
     ggr = ggr_sets()
     sets = {

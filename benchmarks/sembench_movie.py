@@ -14,7 +14,11 @@ prompts LIMIT saved (Q1, Q2, Q5, Q6).
 Size: the pair queries Q5-Q7 (256 reviews of one movie: 65,280 candidate pairs) and Q10 (all 2,000
 reviews) are cut to `--reviews-per-movie` reviews per movie (the first by reviewId), gold computed on
 the same cut; the other queries run on all reviews. `--reviews-per-movie 0`: everything at full size
-(for the work counts with `--model tiny`). Results: results/sembench_movie_<model>.json.
+(for the work counts with `--model tiny`). `--naive`: each query run row by row as well, on the
+same cut, and checked: every prompt both runs asked got the same answer, and the rows are the same
+(as a multiset; for LIMIT queries without ORDER BY any qualifying rows are right, so only their
+count; Q1 is not run naive: row by row it asks all 2,000 reviews). `--model qwen-0.5b` / `qwen-1.5b`: the reference GGUFs (benchmarks/reference_models.py).
+Results: results/sembench_movie_<model>.json.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import duckdb
 import numpy as np
 
 import aisql
+from common import model_argument
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "shared" / "data" / "sembench_movie"
@@ -113,22 +118,85 @@ def score(name: str, got: list[tuple], gold: list[tuple]) -> dict:
     return {"spearman": spearman([p[0] for p in pairs], [p[1] for p in pairs]), "rows_with_gold": len(pairs)}
 
 
+class AnswerRecorder:
+    """The engine, remembering the answer (best label) it gave each distinct prompt."""
+
+    def __init__(self, engine) -> None:
+        self._engine = engine
+        self.answers: dict[tuple, int] = {}
+
+    def score(self, requests, **kwargs):
+        out = self._engine.score(requests, **kwargs)
+        for request, result in zip(requests, out):
+            key = (tuple(request.prompt_ids), tuple(map(tuple, request.label_ids)))
+            self.answers[key] = max(range(len(result.logprobs)), key=result.logprobs.__getitem__)
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+FLOAT_NOISE = 1e-4  # AI.SCORE is an expectation: batched and one-prompt passes agree to float noise (docs/architecture.md)
+
+
+def float_difference(a: list[tuple], b: list[tuple]) -> float | None:
+    """The largest difference between the floats of two row multisets that are equal but for
+    float noise (AI.SCORE's expectations); None when they differ otherwise."""
+    key = lambda row: tuple(round(v, 3) if isinstance(v, float) else (v is None, str(v)) for v in row)  # noqa: E731
+    a, b = sorted(a, key=key), sorted(b, key=key)
+    if len(a) != len(b):
+        return None
+    worst = 0.0
+    for x, y in zip(a, b):
+        for u, v in zip(x, y):
+            if isinstance(u, float) and isinstance(v, float):
+                worst = max(worst, abs(u - v))
+            elif u != v:
+                return None
+    return worst
+
+
+def naive_check(con: aisql.Connection, recorder: AnswerRecorder, sql: str, planned_rows: list[tuple], limited: bool) -> dict:
+    """The query row by row, on the same data: same answer to every prompt both runs asked, same rows."""
+    planned_answers, recorder.answers = recorder.answers, {}
+    con.session.engine.reset_cache()
+    began = time.perf_counter()
+    result = con.run(sql, naive=True)
+    wall = time.perf_counter() - began
+    naive_answers, recorder.answers = recorder.answers, {}
+    got = [tuple(row) for row in zip(*[c.to_pylist() for c in result.table.columns])] if result.table is not None else []
+    shared = planned_answers.keys() & naive_answers.keys()
+    same_answers = all(planned_answers[k] == naive_answers[k] for k in shared)
+    difference = None if limited else float_difference(got, planned_rows)
+    same_rows = len(got) == len(planned_rows) if limited else difference is not None and difference <= FLOAT_NOISE
+    totals = result.stats.totals()
+    return {
+        "naive": {"wall_s": round(wall, 2), "prompts_evaluated": totals["prompts_evaluated"], "computed_tokens": totals["computed_tokens"]},
+        "prompts_compared": len(shared),
+        **({"max_float_difference": float(f"{difference:.2g}")} if difference else {}),
+        "planned_equals_naive": same_answers and same_rows,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--reviews-per-movie", type=int, default=20, help="cut for Q5-Q7 and Q10 (0: full size)")
     parser.add_argument("--only", help="comma-separated, e.g. Q1,Q9")
+    parser.add_argument("--naive", action="store_true", help="also run row by row and check planned == naive")
     args = parser.parse_args()
     names = [f"Q{i}" for i in range(1, 11) if not args.only or f"Q{i}" in args.only.split(",")]
     started = time.perf_counter()
-    con = aisql.connect(model=args.model, cache=False, dialect="bigquery")
+    loading = aisql.connect(model=model_argument(args.model), cache=False)
     load_started = time.perf_counter()
-    con.session.engine  # noqa: B018 - load once, timed apart from the queries
+    recorder = AnswerRecorder(loading.session.engine)  # load once, timed apart from the queries
+    con = aisql.Connection(engine=recorder, cache=False, dialect="bigquery")
     out = {"model": args.model, "model_load_s": round(time.perf_counter() - load_started, 2), "reviews_per_movie_for": sorted(CUT), "queries": []}
     out["reviews_per_movie"] = args.reviews_per_movie or "all"
     for name in names:
         load(con.duckdb, args.reviews_per_movie if name in CUT else 0)
         con.session.engine.reset_cache()
+        recorder.answers = {}
         sql = query(name)
         began = time.perf_counter()
         result = con.run(sql)
@@ -148,6 +216,10 @@ def main() -> None:
             "reviews": con.duckdb.sql("SELECT count(*) FROM movie.reviews").fetchall()[0][0],
         }
         record.update(score(name, got, gold_rows(con.duckdb, name)))
+        if args.naive and name == "Q1":
+            record["naive"] = "skipped: row by row it asks all 2,000 reviews (LIMIT cannot stop a naive scan); Q2 checks the same prompt"
+        elif args.naive:
+            record.update(naive_check(con, recorder, sql, got, limited=name in LIMITED))
         out["queries"].append(record)
         print(json.dumps(record), flush=True)
     out["wall_s"] = round(time.perf_counter() - started, 1)
