@@ -81,6 +81,8 @@ class EngineStats:
     score_requests: int = 0
     generate_requests: int = 0
     prefix_recompute_tokens: int = 0  # on a worker pool: prompt tokens computed that another worker had computed (set by the driver)
+    tie_confirmed_prompts: int = 0  # bfloat16 near ties scored again in float32 (aisql.engine.model.tie_confirmation)
+    tie_confirmed_tokens: int = 0  # the float32 tokens that took
     peak_kv_bytes: int = 0  # high-water mark of the prefix cache (not a counter)
     kv_cached_bytes: int = 0  # prefix cache size now (not a counter)
 

@@ -44,6 +44,8 @@ class NodeStats:
     approximate: dict | None = None  # approximate mode's report (aisql.executor.cascade.CascadeReport)
     workers: dict[str, dict] = field(default_factory=dict)  # on a worker pool: per worker, shards / prompts / computed tokens / busy s
     prefix_recompute_tokens: int = 0  # prompt tokens more than one worker computed (split prefix groups)
+    tie_confirmed_prompts: int = 0  # reduced-precision near ties answered in float32 (aisql.engine.model.tie_confirmation)
+    tie_confirmed_tokens: int = 0
 
     def add_engine(self, delta: EngineStats) -> None:
         for name in _FROM_ENGINE:
@@ -82,6 +84,8 @@ _FROM_ENGINE = (
     "draft_tokens",
     "draft_accepted_tokens",
     "prefix_recompute_tokens",
+    "tie_confirmed_prompts",
+    "tie_confirmed_tokens",
 )
 
 

@@ -79,6 +79,8 @@ class HFEngine(EncodesPrompts):
         self.drafter = lambda tokens: NgramIndex(self.speculation, tokens)
         self.stop_ids = _stop_ids(model, tokenizer)
         self.lock = threading.RLock()  # one batch call or serving iteration at a time
+        # bfloat16 on a CPU: near ties answered again in float32, so planned == naive (aisql.engine.model.tie_confirmation)
+        self.tie_confirmation = None
         self._claims: dict = {}
 
     @property
@@ -107,8 +109,18 @@ class HFEngine(EncodesPrompts):
                     for work, value in zip(batch, scores):
                         results[work.index] = value
                     self._release(batch)
+            if self.tie_confirmation is not None:
+                self._confirm_ties(requests, results)
         self.stats.score_requests += len(requests)
         return results  # type: ignore[return-value]
+
+    def _confirm_ties(self, requests: Sequence[ScoreRequest], results: list) -> None:
+        reference = self.tie_confirmation
+        before = reference.reference_stats()
+        confirmed = reference.confirm(requests, results)
+        if confirmed:
+            self.stats.tie_confirmed_prompts += confirmed
+            self.stats.tie_confirmed_tokens += reference.reference_stats() - before
 
     @contextmanager
     def _admitted(self, requests: Sequence, reuse: bool):

@@ -169,6 +169,7 @@ def decide(model_key: str, run_trial: Callable[[str], Trial], notify: Callable[[
     )
     if changes:  # how far the candidate moves a yes/no margin: what decides flips on harder inputs
         decision.trials[1]["median_margin_change"] = round(changes[len(changes) // 2], 4)
+        decision.trials[1]["max_margin_change"] = round(changes[-1], 4)  # sets the float32 tie margin (tie_confirmation)
         decision.trials[1]["projected_agreement"] = round(projected, 4)
     save_cache_file(decision_path(model_key, kind), json.dumps(asdict(decision), indent=2))
     say(f"note: numerics chosen in {time.perf_counter() - started:.0f} s: {dtype} ({reason})")

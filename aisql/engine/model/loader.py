@@ -16,6 +16,7 @@ import re
 import sys
 import urllib.error
 import urllib.request
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -396,11 +397,29 @@ def load_hf_directory(
         eviction=options.kv_eviction,
         speculation=SpeculationConfig() if options.speculative else None,
     )
+    if device.type == "cpu" and dtype_named in ("bfloat16", "float16") and not options.quantize:
+        engine.tie_confirmation = _tie_confirmation(directory, name, options, source, identity)
     if not options.quantize:  # the shape of these weights, for planning later runs without torch
         from aisql.engine.model.facts import remember_profile
 
         remember_profile(directory, info.dtype, engine.runner.profile)
     return engine
+
+
+def _tie_confirmation(directory: Path, name: str, options: EngineOptions, source: str, identity: str):
+    """Near ties of a reduced-precision CPU engine answered by the same weights in float32,
+    loaded on the first one (aisql.engine.model.tie_confirmation); the margin from `--dtype
+    auto`'s calibration of this model when there was one."""
+    from aisql.engine.model.auto_numerics import remembered
+    from aisql.engine.model.tie_confirmation import TieConfirmation, margin_from_calibration
+
+    decision = remembered(identity)
+    max_change = decision.trials[1].get("max_margin_change") if decision is not None and len(decision.trials) > 1 else None
+    reference_options = dataclasses.replace(options, dtype="float32", prefix_cache=False, kv_budget=0)
+    return TieConfirmation(
+        margin_from_calibration(max_change),
+        lambda: load_hf_directory(directory, name=name, options=reference_options, source=source, identity=identity),
+    )
 
 
 def default_kv_budget(device) -> int:
