@@ -77,3 +77,16 @@ def test_the_governor_follows_the_load_between_batches(monkeypatch):
     host.advance(2.0, others=2.0, own=0.1)
     fixed.adjust()
     assert fixed.threads == 2
+
+
+def test_after_a_pause_the_load_is_sampled_afresh_not_averaged_over_the_pause(monkeypatch):
+    host = FakeHost(monkeypatch)
+    governor = ThreadGovernor()
+    host.advance(60.0, others=2.0, own=0.0)  # while the engine was idle another program held both cores...
+    host.others = 0.0  # ...and has ended
+    governor.adjust()
+    assert governor.threads == 2
+    host.advance(60.0, others=0.0, own=0.0)  # idle, then a program that is busy now
+    host.others = 1.0
+    governor.adjust()
+    assert governor.threads == 1

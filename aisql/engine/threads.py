@@ -128,13 +128,19 @@ def choose_threads(requested: int | None = None) -> ThreadChoice:
 
 
 RECHECK_S = 1.0  # between engine calls, how old a load reading may be before it is read again
+STALE_S = 5.0  # older than this, the interval since the last reading describes the past: sample afresh
+FRESH_SAMPLE_S = 0.1
 
 
 class ThreadGovernor:
     """Keeps torch's thread count at `choose_threads`'s answer while the engine runs: the load
     beside it is re-read between engine calls (at most once a second, from the counters' change
     since the last reading, no sleeping), so a burst of other work moves the engine to fewer
-    threads and back. A count asked for (`--threads`) stays fixed."""
+    threads and back. After a pause of more than STALE_S the change since the last reading
+    says what ran while the engine was idle — another program's burst that has ended, say — so
+    the load is sampled afresh for FRESH_SAMPLE_S instead (measured: after a vLLM run beside it,
+    the stale window dropped aisql to one thread on an idle machine, 1.5x slower). A count asked
+    for (`--threads`) stays fixed."""
 
     def __init__(self, requested: int | None = None) -> None:
         self.choice = choose_threads(requested)
@@ -151,6 +157,9 @@ class ThreadGovernor:
     def adjust(self) -> None:
         if self.choice.asked or time.monotonic() - self._last.at < RECHECK_S:
             return
+        if time.monotonic() - self._last.at > STALE_S:
+            self._last = LoadReading.now()
+            time.sleep(FRESH_SAMPLE_S)
         reading = LoadReading.now()
         busy = reading.busy_elsewhere_since(self._last)
         self._last = reading
