@@ -224,9 +224,9 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated task names (beer, products, Q1, ...)")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive runs (planned == naive check)")
     args = parser.parse_args()
-    name, args.model = args.model, model_argument(args.model)  # qwen-0.5b / qwen-1.5b: the reference GGUFs
+    model_name, args.model = args.model, model_argument(args.model)  # qwen-0.5b / qwen-1.5b: the reference GGUFs
     chosen = set(args.only.split(",")) if args.only else None
-    out = {"model": name, "ggr": [], "sembench": []}
+    out = {"model": model_name, "ggr": [], "sembench": []}
     started = time.perf_counter()
     load_started = time.perf_counter()
     aisql.connect(model=args.model, cache=False).session.engine  # noqa: B018 - load (and convert) once, timed
@@ -237,7 +237,7 @@ def main() -> None:
         record = ggr_task(name, args.model, naive=not args.no_naive)
         out["ggr"].append(record)
         print(json.dumps({k: record[k] for k in ("task", "model", "planned")}), flush=True)
-    cache = RESULTS / f".accuracy-cache-{name}.sqlite"  # SemBench queries share their answers (as one session would)
+    cache = RESULTS / f".accuracy-cache-{model_name}.sqlite"  # SemBench queries share their answers (as one session would)
     for name in SEMBENCH:
         if chosen and name not in chosen:
             continue
@@ -248,7 +248,7 @@ def main() -> None:
     out["wall_s"] = round(time.perf_counter() - started, 1)
     RESULTS.mkdir(exist_ok=True)
     suffix = "_" + "_".join(sorted(chosen)) if chosen else ""
-    path = RESULTS / f"accuracy_{name.replace('/', '_')}{suffix}.json"
+    path = RESULTS / f"accuracy_{model_name.replace('/', '_')}{suffix}.json"
     path.write_text(json.dumps(out, indent=2, default=str) + "\n")
     print(f"written {path}")
 

@@ -1,13 +1,13 @@
 """Structured output with the real model: SemBench movie reviews -> a typed STRUCT, SmolLM2.
 
-    python benchmarks/structured_output.py [--reviews 60] [--max-tokens 48]
+    python benchmarks/structured_output.py [--reviews 60] [--max-tokens 48] [--model smollm2|qwen-1.5b|...]
 
 `AI.GENERATE(('Movie review: ', reviewText), output_schema => 'sentiment STRING, recommends BOOL,
 stars INT64')` over the first --reviews reviews (by reviewId; half POSITIVE, half NEGATIVE by
 SemBench's label): how many answers parse (all must), how often `recommends` agrees with the human
 label, work (generated tokens, speculation under the constraint), planned vs naive wall time and
 equality. A second pass with `max_tokens => 16` shows the closing: documents the budget cuts
-still parse. Results: results/structured_output.json.
+still parse. Results: results/structured_output.json (smollm2), results/structured_output_<model>.json.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import aisql
+from common import model_argument
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "shared" / "data" / "sembench_movie"
@@ -34,7 +35,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--model", default="smollm2")
     args = parser.parse_args()
-    con = aisql.connect(model=args.model, cache=False)
+    con = aisql.connect(model=model_argument(args.model), cache=False)
     half = args.reviews // 2
     con.sql(
         f"CREATE TABLE sample AS (SELECT * FROM read_csv_auto('{DATA / 'Reviews.csv'}') WHERE scoreSentiment = 'POSITIVE' AND reviewText IS NOT NULL ORDER BY reviewId LIMIT {half}) "
@@ -66,7 +67,8 @@ def main() -> None:
     cut = con.run(SQL.format(max_tokens=16)).table.to_pylist()
     out["max_tokens_16"] = {"parsed": sum(r["facts"] is not None for r in cut), "of": len(cut), "example": cut[0]["facts"]}
     out["example"] = rows[0]["facts"]
-    (HERE / "results" / "structured_output.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
+    name = "structured_output.json" if args.model == "smollm2" else f"structured_output_{args.model}.json"
+    (HERE / "results" / name).write_text(json.dumps(out, indent=2, default=str) + "\n")
     print(json.dumps(out, indent=2, default=str))
 
 
