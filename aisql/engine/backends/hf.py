@@ -95,6 +95,8 @@ class HFEngine(EncodesPrompts):
         with self.lock:
             self.radix = self.radix.empty_like()  # counters are cumulative over the engine's life
             self.scheduler.radix = self.radix
+            if self.tie_confirmation is not None:
+                self.tie_confirmation.reset_cache()
 
     # ---- scoring ---------------------------------------------------------------------------
     def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:
@@ -110,14 +112,14 @@ class HFEngine(EncodesPrompts):
                         results[work.index] = value
                     self._release(batch)
             if self.tie_confirmation is not None:
-                self._confirm_ties(requests, results)
+                self._confirm_ties(requests, results, reuse)
         self.stats.score_requests += len(requests)
         return results  # type: ignore[return-value]
 
-    def _confirm_ties(self, requests: Sequence[ScoreRequest], results: list) -> None:
+    def _confirm_ties(self, requests: Sequence[ScoreRequest], results: list, reuse: bool) -> None:
         reference = self.tie_confirmation
         before = reference.reference_stats()
-        confirmed = reference.confirm(requests, results)
+        confirmed = reference.confirm(requests, results, reuse)
         if confirmed:
             self.stats.tie_confirmed_prompts += confirmed
             self.stats.tie_confirmed_tokens += reference.reference_stats() - before

@@ -33,7 +33,7 @@ from aisql.paths import cache_root, save_cache_file
 MIN_AGREEMENT = 0.98  # answers equal to float32's, on the calibration questions
 MAX_ACCURACY_LOSS = 0.01  # against their labels: one point
 MIN_SPEEDUP = 1.15  # less than this is not worth leaving float32 for
-DECISION_VERSION = 5  # 2: AI.IF's framing; 3: review-length questions; 4: projected agreement; 5: each numerics on its measured linear kernel
+DECISION_VERSION = 6  # 6: the largest margin change kept (bfloat16 tie margin); 2: AI.IF's framing; 3: review-length questions; 4: projected agreement; 5: each numerics on its measured linear kernel
 _BF16_FLAGS = {"avx512_bf16", "amx_bf16"}  # x86: native bf16 dot products
 _ARM_BF16_FLAGS = {"bf16"}  # aarch64 /proc/cpuinfo "Features"
 

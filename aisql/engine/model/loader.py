@@ -415,7 +415,7 @@ def _tie_confirmation(directory: Path, name: str, options: EngineOptions, source
 
     decision = remembered(identity)
     max_change = decision.trials[1].get("max_margin_change") if decision is not None and len(decision.trials) > 1 else None
-    reference_options = dataclasses.replace(options, dtype="float32", prefix_cache=False, kv_budget=0)
+    reference_options = dataclasses.replace(options, dtype="float32")
     return TieConfirmation(
         margin_from_calibration(max_change),
         lambda: load_hf_directory(directory, name=name, options=reference_options, source=source, identity=identity),
