@@ -23,6 +23,7 @@ def calibration_trial(directory: Path, dtype: str) -> Trial:
     from aisql.engine.base import ModelInfo, ScoreRequest
 
     transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(directory)
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=getattr(torch, dtype))
     from aisql.engine.model import linear_kernels
