@@ -55,8 +55,10 @@ def child(spec: str, reviews: int, dtype: str, threads: int | None) -> dict:
     result = con.run(QUERY)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     answers = result.table.to_pydict()
-    tokens = result.stats.totals()["computed_tokens"]
+    totals = result.stats.totals()
+    tokens = totals["computed_tokens"]
     return {
+        "tie_confirmed_prompts": totals["tie_confirmed_prompts"], "tie_confirmed_tokens": totals["tie_confirmed_tokens"],
         "dtype_asked": dtype, "numerics": result.stats.numerics, "threads": result.stats.threads, "threads_asked": threads,
         "cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "computed_tokens": tokens, "tokens_per_cpu_s": round(tokens / cpu, 1),
         "answers": answers["yes"], "labels": answers["label"],

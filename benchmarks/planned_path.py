@@ -70,6 +70,8 @@ def run(engine, data, naive: bool) -> tuple[dict, list]:
     work = engine.stats.since(before)
     con.close()
     stats = {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "computed_tokens": work.computed_tokens, "passes": work.forward_passes}
+    if work.tie_confirmed_prompts:  # bfloat16 near ties answered in float32: their CPU is in cpu_s, their tokens apart
+        stats.update(tie_confirmed_prompts=work.tie_confirmed_prompts, tie_confirmed_tokens=work.tie_confirmed_tokens)
     stats["tokens_per_cpu_s"] = round(work.computed_tokens / cpu) if cpu else None
     return stats, result.table.to_pylist()
 
