@@ -173,6 +173,7 @@ def naive_check(con: aisql.Connection, recorder: AnswerRecorder, sql: str, plann
     return {
         "naive": {"wall_s": round(wall, 2), "prompts_evaluated": totals["prompts_evaluated"], "computed_tokens": totals["computed_tokens"]},
         "prompts_compared": len(shared),
+        "same_best_labels": same_answers,  # every prompt both runs asked: the same best label
         **({"max_float_difference": float(f"{difference:.2g}")} if difference else {}),
         "planned_equals_naive": same_answers and same_rows,
     }
