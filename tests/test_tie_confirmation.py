@@ -62,3 +62,17 @@ def test_a_bfloat16_cpu_engine_answers_planned_and_naive_alike():
     float32 = load_engine("tiny", EngineOptions(dtype="float32"))
     assert float32.tie_confirmation is None
     assert naive == [float32.score([r], reuse=False)[0] for r in requests]  # a naive run's confirmation: float32, alone
+
+
+def test_generation_on_a_bfloat16_cpu_engine_runs_in_float32_and_is_counted():
+    from aisql.engine import GenerateRequest
+
+    engine = load_engine("tiny", EngineOptions(dtype="bfloat16"))
+    float32 = load_engine("tiny", EngineOptions(dtype="float32"))
+    prompts = engine.encode_prompts("Describe.", [f"Product {i} is a kettle." for i in range(6)])
+    requests = [GenerateRequest(tuple(p), max_tokens=6) for p in prompts]
+    before = engine.stats.generated_tokens
+    planned = engine.generate(requests)
+    naive = [engine.generate([r], reuse=False)[0] for r in requests]
+    assert [g.token_ids for g in planned] == [g.token_ids for g in naive] == [g.token_ids for g in float32.generate(requests)]
+    assert engine.stats.generated_tokens - before == 2 * sum(len(g.token_ids) for g in planned)

@@ -12,6 +12,7 @@ writes: the naive reference (its repeated tokens still show up as KV regret).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from contextlib import contextmanager
 from typing import Sequence
@@ -235,6 +236,8 @@ class HFEngine(EncodesPrompts):
 
     # ---- generation ------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True) -> list[Generation]:
+        if self.tie_confirmation is not None:
+            return self._generate_in_float32(requests, reuse, speculative)
         results: list[Generation | None] = [None] * len(requests)
         with self._admitted(requests, reuse) as (windows, reuse):
             for window in windows:
@@ -249,6 +252,20 @@ class HFEngine(EncodesPrompts):
                     self._release(batch)
         self.stats.generate_requests += len(requests)
         return results  # type: ignore[return-value]
+
+    def _generate_in_float32(self, requests: Sequence[GenerateRequest], reuse: bool, speculative: bool) -> list[Generation]:
+        """Generation on a reduced-precision CPU engine runs on its float32 reference: a greedy
+        token that bfloat16 nearly ties cannot be confirmed after the tokens that follow it, and
+        float32's batched and one-row decoding give the same text (planned == naive). The work is
+        counted here, as this engine's."""
+        reference = self.tie_confirmation.reference()
+        before = reference.stats.copy()
+        out = reference.generate(requests, reuse=reuse, speculative=speculative)
+        work = reference.stats.since(before)
+        for name, value in dataclasses.asdict(work).items():
+            if name not in EngineStats._LEVELS:
+                setattr(self.stats, name, getattr(self.stats, name) + value)
+        return out
 
     def _generate_batch(
         self, batch: list[Work], requests: list[GenerateRequest], reuse: bool, speculative: bool
