@@ -100,6 +100,12 @@ class EngineStats:
             values[f.name] = max(mine, theirs) if f.name in self._LEVELS else mine + theirs
         return EngineStats(**values)
 
+    def add(self, other: "EngineStats") -> None:
+        """`self + other` in place (the runner and the scheduler hold this object)."""
+        total = self + other
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(total, f.name))
+
     def since(self, earlier: "EngineStats") -> "EngineStats":
         values = {}
         for f in dataclasses.fields(self):

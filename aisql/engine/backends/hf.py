@@ -12,7 +12,6 @@ writes: the naive reference (its repeated tokens still show up as KV regret).
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from contextlib import contextmanager
 from typing import Sequence
@@ -261,10 +260,7 @@ class HFEngine(EncodesPrompts):
         reference = self.tie_confirmation.reference()
         before = reference.stats.copy()
         out = reference.generate(requests, reuse=reuse, speculative=speculative)
-        work = reference.stats.since(before)
-        for name, value in dataclasses.asdict(work).items():
-            if name not in EngineStats._LEVELS:
-                setattr(self.stats, name, getattr(self.stats, name) + value)
+        self.stats.add(reference.stats.since(before))
         return out
 
     def _generate_batch(

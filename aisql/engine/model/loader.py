@@ -16,8 +16,7 @@ import re
 import sys
 import urllib.error
 import urllib.request
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -415,7 +414,7 @@ def _tie_confirmation(directory: Path, name: str, options: EngineOptions, source
 
     decision = remembered(identity)
     max_change = decision.trials[1].get("max_margin_change") if decision is not None and len(decision.trials) > 1 else None
-    reference_options = dataclasses.replace(options, dtype="float32")
+    reference_options = replace(options, dtype="float32")
     return TieConfirmation(
         margin_from_calibration(max_change),
         lambda: load_hf_directory(directory, name=name, options=reference_options, source=source, identity=identity),
