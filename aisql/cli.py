@@ -6,8 +6,10 @@ errors — goes to stderr, so `aisql run q.sql --format csv > out.csv` is always
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -38,6 +40,47 @@ class FiniteAmount(click.FloatRange):
 
 
 FINITE_AMOUNT = FiniteAmount(min=0)
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that a terminated run stops as Ctrl-C stops it: what
+    was committed stays committed and is said (a batch scheduler's kill is not a crash)."""
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """While a run is in progress, SIGTERM raises Terminated instead of ending the process unsaid."""
+
+    def terminate(signum, frame):
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread (an embedding caller): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def kept_message(store) -> str:
+    """What an interrupted run leaves behind, in one line: the answers it committed, and how to go on."""
+    kept = getattr(store, "committed", 0)
+    path = getattr(store, "path", None)
+    if path is None:
+        return f"{kept:,} answers were computed but not kept (--no-cache)" if kept else "no answers were computed"
+    if not kept:
+        return "no answers were committed yet; rerun to start again"
+    return f"{kept:,} answers kept in the result cache ({path}); rerun to resume (only the rest is asked)"
+
+
+def report_interrupt(store, stop: KeyboardInterrupt) -> int:
+    """Say what was kept; the exit code of a run stopped by SIGINT (130) or SIGTERM (143)."""
+    what = "terminated" if isinstance(stop, Terminated) else "interrupted"
+    stderr.print(f"[bold red]{what}:[/bold red] {_escape(kept_message(store))}")
+    return 143 if isinstance(stop, Terminated) else 130
+
 
 def report_error(err: AisqlError) -> None:
     """One `error:` line naming the problem and its place, and a hint line if there is one."""
@@ -304,7 +347,7 @@ def _apply(options):
 @click.option("--max-prompts", type=click.IntRange(min=0), metavar="N", help="Stop before sending more than N new prompts to the model.")
 @click.option("--max-cost", type=FINITE_AMOUNT, metavar="USD", help="Stop before model time would cost more than USD (at --hardware's price).")
 @click.option("--on-overflow", type=click.Choice(["error", "truncate"]), default="error", show_default=True, help="A prompt longer than the model's context: fail, or cut its text.")
-@click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts (or about 10 s of model time), on every path: nodes, selectivity samples, embeddings.")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts or about 5 s of model time (the run's first chunk: 8 prompts), whichever comes first; Ctrl-C or a kill loses at most that chunk.")
 @click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Spread the AI work over N engine workers on Ray (a local runtime unless --cluster or $RAY_ADDRESS; needs aisql[ray]).")
 @click.option("--cluster", metavar="ADDRESS", help="Run the workers on this Ray cluster (ray://HOST:PORT); default: one worker per GPU.")
 @click.option("--approximate", is_flag=True, help="Approximate mode for every AI.IF: a proxy answers the rows it is sure of (recall and precision >= 0.9 vs the LLM, with probability >= 0.95); outputs say so.")
@@ -340,20 +383,25 @@ def run(
 
         progress = RichProgress(stderr)
     try:
-        result = con.run(
-            text,
-            params=_parameters(params),
-            dialect=dialect,
-            naive=naive,
-            hardware=hardware,
-            price_per_hour=price_per_hour,
-            max_prompts=max_prompts,
-            max_cost=max_cost,
-            on_overflow=on_overflow,
-            checkpoint_every=checkpoint_every,
-            progress=progress,
-            approximate=approximate or None,
-        )
+        with _terminate_as_interrupt():
+            result = con.run(
+                text,
+                params=_parameters(params),
+                dialect=dialect,
+                naive=naive,
+                hardware=hardware,
+                price_per_hour=price_per_hour,
+                max_prompts=max_prompts,
+                max_cost=max_cost,
+                on_overflow=on_overflow,
+                checkpoint_every=checkpoint_every,
+                progress=progress,
+                approximate=approximate or None,
+            )
+    except KeyboardInterrupt as stop:
+        if progress is not None:
+            progress.close()
+        sys.exit(report_interrupt(con.store, stop))
     finally:
         if progress is not None:
             progress.close()
@@ -415,10 +463,20 @@ def shell(db, read_only, tables, dialect, model, device, dtype, threads, kv_budg
     printer = ResultPrinter(fmt, max_rows, interactive=True)
 
     def run_one(statement: str) -> None:
-        printer.emit(con.run(statement, dialect=dialect))
+        progress = None
+        if stderr.is_terminal:  # the same bars as `aisql run`, per statement
+            from aisql.progress_bar import RichProgress
+
+            progress = RichProgress(stderr)
+        try:
+            result = con.run(statement, dialect=dialect, progress=progress)
+        finally:
+            if progress is not None:
+                progress.close()
+        printer.emit(result)
 
     try:
-        code = run_shell(con, run_one, sys.stdin, dialect)
+        code = run_shell(con, run_one, sys.stdin, dialect, printer=printer)
     finally:
         con.close()
     sys.exit(code)

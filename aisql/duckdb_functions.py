@@ -36,6 +36,7 @@ from aisql.errors import AisqlError
 from aisql.executor.answering import RunOptions
 from aisql.executor.answer_store import Answer, AnswerStore
 from aisql.executor.bound_calls import with_arity
+from aisql.executor.checkpoints import DEFAULT_SECONDS
 from aisql.executor.evaluate import OVERFLOW_MODES
 from aisql.executor.run_stats import NodeStats
 from aisql.functions import AIFunction, Task
@@ -173,7 +174,7 @@ def register(
     store: AnswerStore | None = None,
     on_overflow: str = "error",
     checkpoint_every: int = 256,
-    checkpoint_seconds: float = 10.0,
+    checkpoint_seconds: float = DEFAULT_SECONDS,
     **engine_options,
 ) -> DuckDBFunctions:
     """Register the AI functions (ai_if, ai_classify, ai_generate, ...) and prompt on `con`'s

@@ -165,53 +165,80 @@ def lines(stream: TextIO, interactive: bool) -> Iterator[str]:
         pending = yield line if line.startswith("\x00") else line + "\n"  # type: ignore[misc]
 
 
-DOT_COMMANDS = {".quit": "exit the shell", ".exit": "exit the shell"}
-
-
-def run_shell(con, run_one: Callable[[str], None], stream: TextIO = sys.stdin, dialect: str | None = None) -> int:
+def run_shell(con, run_one: Callable[[str], None], stream: TextIO = sys.stdin, dialect: str | None = None, printer=None) -> int:
     """Read statements until end of input; `run_one` runs and prints one. Returns the exit code:
     1 if any statement failed when input is not a terminal (a piped script), else 0.
 
-    A line starting with `.` outside a statement is a dot-command (`.quit`, `.exit`), no `;`
-    needed. At the end of piped input the last statement may lack its `;` (as in duckdb's CLI);
-    on a terminal, a statement still open at Ctrl-D is discarded with a note, as at Ctrl-C —
-    never run half-typed (`DELETE FROM t` + Enter + Ctrl-D must not delete)."""
+    A line starting with `.` outside a statement is a dot-command (aisql.shell_commands: `.tables`,
+    `.schema`, `.mode`, `.help`, `.quit`), no `;` needed. In a piped script, an error names its
+    line and column in the script, not in its statement. At the end of piped input the last
+    statement may lack its `;` (as in duckdb's CLI); on a terminal, a statement still open at
+    Ctrl-D is discarded with a note, as at Ctrl-C — never run half-typed (`DELETE FROM t` +
+    Enter + Ctrl-D must not delete)."""
+    from aisql.shell_commands import DotCommands, Quit
+
     interactive = stream.isatty() and sys.stdout.isatty()
     failed = False
     splitter = StatementSplitter(dialect)
+    commands = DotCommands(con, printer)
     source = lines(stream, interactive)
     line = next(source, None)
+    consumed = 0  # input lines read so far
+    start = [1, 0]  # (line, column) in the script where the splitter's unfinished text begins
 
-    def report(err: AisqlError) -> None:
+    def report(err: AisqlError, at: tuple[int, int] | None = None) -> None:
         nonlocal failed
         failed = True
         from aisql.cli import report_error
 
+        if at is not None and not interactive and err.line is not None:
+            err.col = err.col + at[1] if err.line == 1 and err.col is not None else err.col
+            err.line = err.line + at[0] - 1
         report_error(err)
 
+    def run(statement: str) -> None:
+        at = tuple(start)
+        newlines = statement.count("\n")
+        start[0] += newlines
+        start[1] = len(statement) - statement.rfind("\n") - 1 if newlines else start[1] + len(statement)
+        try:
+            run_one(statement)
+        except AisqlError as err:
+            report(err, at)
+        except KeyboardInterrupt:
+            from aisql.cli import kept_message
+
+            print(f"interrupted: {kept_message(getattr(con, 'store', None))}", file=sys.stderr)
+
+    def restart() -> None:
+        splitter.reset()
+        start[:] = [consumed + 1, 0]
+
     while line is not None:
+        if not line.startswith("\x00"):
+            consumed += 1
         if line == "\x00reset":
-            splitter.reset()
+            restart()
         elif line == "\x00eof":
             break
         elif line.startswith("\x00bad-utf8"):
+            consumed += 1
             number = line.split()[1]
             report(AisqlError(f"input line {number} is not valid UTF-8 text", hint="the statement it belongs to was discarded; save the script as UTF-8"))
-            splitter.reset()
+            restart()
         elif not splitter.unfinished.strip() and line.lstrip().startswith("."):
-            command = line.strip().rstrip(";").strip().lower()
-            if command in (".quit", ".exit"):
+            try:
+                commands.run(line)
+            except Quit:
                 return 1 if failed and not interactive else 0
-            known = ", ".join(DOT_COMMANDS)
-            report(AisqlError(f"unknown command {command.split()[0]!r}", hint=f"dot-commands: {known}"))
+            except AisqlError as err:
+                if not interactive:
+                    err.line, err.col = consumed, 1
+                report(err)
+            restart()
         else:
             for statement in splitter.feed(line):
-                try:
-                    run_one(statement)
-                except AisqlError as err:
-                    report(err)
-                except KeyboardInterrupt:
-                    print("interrupted", file=sys.stderr)
+                run(statement)
         try:
             line = source.send(bool(splitter.unfinished.strip())) if interactive else next(source, None)
         except StopIteration:
@@ -223,10 +250,7 @@ def run_shell(con, run_one: Callable[[str], None], stream: TextIO = sys.stdin, d
         elif splitter.unclosed():
             report(AisqlError(f"the script ends inside {splitter.unclosed()}; its last statement did not run", hint="close it, then run the script again"))
         else:
-            try:
-                run_one(rest)  # the last statement of a script may lack its `;`
-            except AisqlError as err:
-                report(err)
+            run(rest)  # the last statement of a script may lack its `;`
     return 1 if failed and not interactive else 0
 
 

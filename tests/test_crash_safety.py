@@ -138,3 +138,35 @@ def test_every_answer_path_commits_at_most_checkpoint_every(tiny_engine, monkeyp
     result = con.run(sql, checkpoint_every=5)
     assert result.stats.totals()["prompts_evaluated"] > 20
     assert commits and max(commits) <= 5, commits
+
+
+@pytest.mark.parametrize("stop, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_and_sigterm_keep_the_committed_answers_and_say_so(tiny_engine, tmp_path: Path, stop, code):
+    """Ctrl-C (or a scheduler's SIGTERM) mid-node: the answers committed so far stay, stderr says
+    how many and that a rerun resumes, and the rerun asks the model only for the rest."""
+    import re
+
+    cache = tmp_path / "answers.sqlite"
+    job = subprocess.Popen(
+        aisql("--cache", str(cache), "--checkpoint-every", str(CHECKPOINT)), cwd=EXAMPLES, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + DEADLINE_S
+    while committed(cache) == 0 and job.poll() is None and time.monotonic() < deadline:
+        try:
+            job.wait(timeout=0.02)
+        except subprocess.TimeoutExpired:
+            pass
+    assert job.poll() is None, f"the job ended before it could be stopped: {job.stderr.read()}"
+    job.send_signal(stop)
+    _, stderr = job.communicate(timeout=DEADLINE_S)
+    assert job.returncode == code, stderr
+    said = re.search(r"([\d,]+) answers kept in the result cache .*; rerun to resume", stderr)
+    assert said, stderr
+    kept = int(said.group(1).replace(",", ""))
+    assert kept == committed(cache) and 0 < kept < PROMPTS
+
+    stats_path = tmp_path / "stats.json"
+    finished(aisql("--cache", str(cache), "--stats-json", str(stats_path)))
+    stats = json.loads(stats_path.read_text())
+    assert stats["prompts_cached"] == kept
+    assert stats["prompts_evaluated"] + stats["prompts_sampled"] == PROMPTS - kept

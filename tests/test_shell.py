@@ -96,3 +96,55 @@ def test_a_long_statement_is_tokenized_about_once(monkeypatch):
     (statement,) = splitter.feed("('last', 0);\n")
     assert len(statement) > 140_000
     assert sum(tokenized) < 3 * len(statement)
+
+
+def shell_session(script: str):
+    """`aisql shell` over piped input, in process (no model is loaded: no AI call runs)."""
+    from click.testing import CliRunner
+
+    from aisql.cli import main
+
+    return CliRunner().invoke(main, ["shell", "--no-cache"], input=script)
+
+
+def test_dot_commands_as_duckdb_spells_them():
+    script = (
+        "CREATE TABLE reviews AS SELECT 1 AS id, 'good' AS text;\n"
+        "CREATE VIEW happy AS SELECT * FROM reviews;\n"
+        ".tables\n"
+        ".tables rev%\n"
+        ".schema happy\n"
+        ".mode csv\n"
+        "SELECT id, text FROM reviews;\n"
+        ".mode\n"
+        ".help\n"
+        ".quit\n"
+        "SELECT 'never run';\n"
+    )
+    done = shell_session(script)
+    assert done.exit_code == 0, done.output
+    out = done.stdout
+    assert "happy  reviews" in out
+    assert "\nreviews\n" in out  # the pattern leaves the view out
+    assert "CREATE VIEW happy AS SELECT * FROM reviews;" in out
+    assert "id,text\n1,good" in out  # .mode csv took effect
+    assert "current output mode: csv" in out
+    assert ".schema [PATTERN]" in out and "never run" not in out
+
+
+def test_a_bad_dot_command_is_an_error_that_names_its_line():
+    done = shell_session("SELECT 1;\n.mode yaml\n.frobnicate\n")
+    assert done.exit_code == 1
+    assert "unknown mode 'yaml' (line 2, column 1)" in done.stderr
+    assert "unknown command '.frobnicate' (line 3, column 1)" in done.stderr
+    assert ".help" in done.stderr
+
+
+def test_a_piped_script_error_names_its_line_in_the_script():
+    """Errors used to be placed within their statement: `line 1` for a statement on line 4."""
+    script = "SELECT 1;\n\n-- a comment\nSELECT 2; SELECT AI.IF(PROMPT('{nope}')) FROM (SELECT 1 AS x);\nSELECT 3;\n"
+    done = shell_session(script)
+    assert done.exit_code == 1
+    assert "(line 4, column" in done.stderr, done.stderr
+    column = int(done.stderr.split("(line 4, column ")[1].split(")")[0])
+    assert column > len("SELECT 2; ")  # placed in the script's line, after the first statement

@@ -36,6 +36,7 @@ class MemoryAnswerStore:
     def __init__(self) -> None:
         self._answers: dict[tuple[str, str], Answer] = {}
         self._lock = threading.Lock()
+        self.committed = 0  # answers stored (kept for this process's life only)
 
     def get_many(self, task: str, texts, accept: Accept | None = None) -> dict[str, Answer]:
         found = {}
@@ -49,6 +50,7 @@ class MemoryAnswerStore:
         with self._lock:
             for text, answer in answers.items():
                 self._answers[(task, text)] = answer
+            self.committed += len(answers)
 
     def __len__(self) -> int:
         return len(self._answers)

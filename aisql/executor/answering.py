@@ -7,11 +7,11 @@ need), the lock that keeps one engine call at a time, the answer store, the mode
 selectivity samples, aggregates and the DuckDB functions of `aisql.register` all ask it; each call
 returns its counts (`AnswerCounts`), which the caller adds to its own stats.
 
-Checkpoints: a crash or `kill -9` loses at most the chunk in flight: everything before it is in
-the answer store, and a rerun asks the model only for what is not. A chunk ends after
-`checkpoint_every` prompts or about `checkpoint_seconds` of model time (measured on the previous
-chunk), whichever comes first. The budget is spent chunk by chunk, and progress is reported per
-chunk. The prefix KV cache outlives a chunk, so chunking costs no prefix reuse. An engine with a
+Checkpoints: a crash, `kill -9` or Ctrl-C loses at most the chunk in flight: everything before
+it is in the answer store, and a rerun asks the model only for what is not. A chunk holds about
+`checkpoint_seconds` of model time at the run's measured rate, and at most `checkpoint_every`
+prompts; the run's first chunk is small, as nothing is measured yet (aisql.executor.checkpoints).
+The budget is spent chunk by chunk, and progress is reported per chunk. The prefix KV cache outlives a chunk, so chunking costs no prefix reuse. An engine with a
 worker pool behind it (`Engine.pool`) is answered shard by shard instead (aisql.executor.sharded).
 """
 
@@ -27,6 +27,7 @@ from aisql.engine.base import Engine, EngineStats
 from aisql.executor import aggregate
 from aisql.executor.answer_store import Answer, AnswerStore
 from aisql.executor.budget import Budget, BudgetExceeded
+from aisql.executor.checkpoints import DEFAULT_SECONDS, ChunkSizer
 from aisql.executor.evaluate import Prepared, answer_prepared, prepare
 from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.run_stats import ANSWER_COUNTS, add_worker_counts
@@ -42,7 +43,7 @@ class RunOptions:
     """How a run evaluates prompts: checkpoints, context overflow, budget, progress."""
 
     checkpoint_every: int = 256  # commit answers after at most this many prompts...
-    checkpoint_seconds: float = 10.0  # ...or about this much model time, whichever comes first
+    checkpoint_seconds: float = DEFAULT_SECONDS  # ...or about this much model time, whichever comes first
     on_overflow: str = "error"  # a prompt longer than the context: "error" | "truncate"
     budget: Budget | None = None
     progress: Progress = field(default_factory=NoProgress)
@@ -91,6 +92,11 @@ class Answering:
     lock: threading.RLock = field(default_factory=threading.RLock)  # one engine call at a time
     fingerprint: Callable[[], str] = lambda: ""  # names the model in the store without loading it
     options: RunOptions = field(default_factory=RunOptions)
+    clock: Callable[[], float] = time.perf_counter  # model time of a chunk (tests pass a clock of work done)
+    chunks: ChunkSizer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.chunks = ChunkSizer(self.options.checkpoint_every, self.options.checkpoint_seconds)
 
     def key(self, task: Task) -> str:
         """Where a task's answers live in the store: per model, per task."""
@@ -160,18 +166,18 @@ class Answering:
                 from aisql.executor.sharded import evaluate_sharded
 
                 return evaluate_sharded(self, model, task, items, key=key, known=known, node_id=node_id)
-            size = max(1, options.checkpoint_every)
             position = 0
             while position < len(items):
+                size = self.chunks.next_size([len(p.ids) for p in items[position : position + options.checkpoint_every]])
                 chunk = items[position : position + size]
                 budget = options.budget
                 if budget is not None:
                     chunk = chunk[: budget.allowed(len(chunk))]
                     if not chunk:
                         raise budget.stopped()
-                started = time.perf_counter()
+                started = self.clock()
                 fresh, work = self.measured(lambda engine: answer_prepared(engine, task, chunk))
-                elapsed = time.perf_counter() - started
+                elapsed = self.clock() - started
                 done.work = done.work + work
                 self.store.put_many(key, fresh)  # the checkpoint: committed before the next chunk
                 known.update(fresh)
@@ -181,9 +187,7 @@ class Answering:
                     budget.spend(len(fresh), elapsed)
                 options.progress.advance(node_id, len(fresh), work.computed_tokens)
                 position += len(chunk)
-                # Next chunk: about checkpoint_seconds of model time at this chunk's rate.
-                rate = len(chunk) / max(elapsed, 1e-6)
-                size = max(1, min(options.checkpoint_every, int(rate * options.checkpoint_seconds)))
+                self.chunks.measured(sum(len(p.ids) for p in chunk), elapsed)
         except BudgetExceeded as stop:
             stop.counts = done + stop.counts  # the pool's own counts, when it stopped
             raise

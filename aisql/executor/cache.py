@@ -54,6 +54,7 @@ class SqliteAnswerStore:
         self._warn = warn
         self._unreadable: set[bytes] = set()  # keys of entries that could not be read: replaced when answered again
         self.unreadable_entries = 0  # how many were met, over this store's life
+        self.committed = 0  # answers this process committed (what Ctrl-C keeps)
         if self.path.is_dir():
             raise CacheError(f"cache path {self.path} is a directory", hint="give a file name, e.g. answers.sqlite")
         try:
@@ -164,6 +165,7 @@ class SqliteAnswerStore:
                     if replacing:
                         self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?)", replacing)
                     self._db.execute("COMMIT")
+                    self.committed += len(rows)
                     self._unreadable.difference_update(row[0] for row in replacing)
                 except BaseException:
                     if self._db.in_transaction:

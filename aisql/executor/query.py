@@ -20,6 +20,7 @@ from aisql.errors import AisqlError
 from aisql.executor import throughput
 from aisql.executor.answering import RunOptions
 from aisql.executor.budget import Budget, check_plan
+from aisql.executor.checkpoints import DEFAULT_SECONDS
 from aisql.executor.evaluate import OVERFLOW_MODES
 from aisql.executor.explaining import explain_script
 from aisql.executor.measured_statistics import MeasuredStatistics
@@ -59,7 +60,7 @@ class RunRequest:
     max_cost: float | None = None
     on_overflow: str = "error"
     checkpoint_every: int = 256
-    checkpoint_seconds: float = 10.0
+    checkpoint_seconds: float = DEFAULT_SECONDS
     progress: Progress | None = None  # None: silence
     # Approximate mode for every AI.IF (opt-in): True for the default targets, or a dict of
     # recall / precision / delta / sample / seed (aisql.executor.cascade). Naive runs stay exact.
