@@ -417,9 +417,11 @@ def run(
 @click.option("--price-per-hour", type=FINITE_AMOUNT, metavar="USD", help="Override the hardware profile's price.")
 @click.option("--sample", type=int, default=0, show_default=True, metavar="N", help="Measure each AI predicate's selectivity on N prompts (runs the model).")
 @click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Also show how each AI node's prompts would be cut into shards for N engine workers (nothing is started).")
+@click.option("--cache", "cache_path", metavar="PATH", help="The result cache whose answers the plan need not pay for (default: the one `aisql run` uses).")
+@click.option("--no-cache", is_flag=True, help="Price every prompt as if nothing were cached.")
 @_embed_model
 @_handle_errors
-def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt, model, hardware, price_per_hour, sample, workers, embed_model):
+def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt, model, hardware, price_per_hour, sample, workers, cache_path, no_cache, embed_model):
     """Show the plan of QUERY_FILE (or -e SQL) with its estimated cost against naive execution.
 
     Runs no model unless --sample is given."""
@@ -428,7 +430,10 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
     if sample < 0:
         raise AisqlError("--sample must be 0 or more")
     text, query_dir = _query_source(query_file, sql)
-    con = _connect(db, tables, query_dir, model=model, cache=bool(sample), read_only=_read_only(db, read_only, text, dialect), embed_model=embed_model)  # sampled answers are kept
+    if cache_path and no_cache:
+        raise AisqlError("give either --cache PATH or --no-cache, not both")
+    cache = False if no_cache else (cache_path or True)  # cached answers cost nothing; sampled ones are kept
+    con = _connect(db, tables, query_dir, model=model, cache=cache, read_only=_read_only(db, read_only, text, dialect), embed_model=embed_model)
     try:
         explanation = con.explain(text, hardware=hardware, price_per_hour=price_per_hour, sample=sample, dialect=dialect, params=_parameters(params), workers=workers)
     finally:

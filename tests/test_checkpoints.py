@@ -91,3 +91,32 @@ def test_interrupted_run_keeps_its_chunks_and_the_rerun_asks_only_the_rest(tiny_
     again.close()
     assert totals["prompts_cached"] == kept
     assert totals["prompts_evaluated"] == 190 - kept
+
+
+def test_explain_prices_only_what_the_result_cache_lacks(tiny_engine, tmp_path):
+    """explain used to estimate minutes for a fully cached query that reran in 0.6 s."""
+    from aisql.api import Connection
+
+    cache = str(tmp_path / "answers.sqlite")
+
+    def planned_node(con):
+        plan = con.explain(HOT_LEADS).to_dict()
+        (node,) = plan["statements"][0]["ai_nodes"]
+        return node, plan
+
+    con = Connection(engine=tiny_engine, cache=cache)
+    con.add_file_search_path([EXAMPLES])
+    cold, _ = planned_node(con)
+    assert cold["cached_share"] is None and cold["plan"]["prompts"] == 190
+    with pytest.raises(KeyboardInterrupt):
+        con.run(HOT_LEADS, progress=Recorder(stop_after=1))  # 8 answers kept
+    partial, _ = planned_node(con)
+    assert partial["cached_share"] == pytest.approx(FIRST_CHUNK_PROMPTS / 190) and partial["cached_share_exact"]
+    assert partial["plan"]["prompts"] == 190 - FIRST_CHUNK_PROMPTS
+    assert partial["naive"] == cold["naive"]  # naive execution never reads the cache
+    con.run(HOT_LEADS)
+    warm, plan = planned_node(con)
+    assert warm["cached_share"] == 1.0 and warm["plan"]["prompts"] == 0 and warm["plan"]["time_s"] == 0
+    assert "every answer is in the result cache" in plan["cache_note"]
+    assert "all 190 answers cached" in str(con.explain(HOT_LEADS))
+    con.close()

@@ -95,6 +95,7 @@ def _usd(amount: float) -> str:
 def check_plan(plan: "Plan", stats, session, profile: "Hardware", budget: Budget, where: str) -> None:
     """The planner's estimate of new work — its prompts less the share a sample finds in the
     result cache — must fit what is left of the budget."""
+    from aisql.executor.cached_share import cached_share
     from aisql.planner.cost import estimate_plan
 
     estimate = estimate_plan(plan, stats, profile)
@@ -103,17 +104,8 @@ def check_plan(plan: "Plan", stats, session, profile: "Hardware", budget: Budget
         node_estimate = estimate.node(node.id)
         if node_estimate is None or node_estimate.quality != "estimate":
             continue
-        new_share = 1.0 - _cached_share(node, stats, session)
+        found = cached_share(node, stats, session.store, session.fingerprint())
+        new_share = 1.0 - (found.share if found else 0.0)
         prompts += node_estimate.plan.prompts * new_share
         usd += node_estimate.plan.usd * new_share
     budget.check_estimate(prompts, usd, where)
-
-
-def _cached_share(node, stats, session, size: int = 64) -> float:
-    sample = stats.sample(node, size)
-    if not sample:
-        return 0.0
-    texts = [node.call.template.render(values) for values, _ in sample]
-    task = node.call.task
-    found = session.store.get_many(task.store_key(session.fingerprint()), texts, task.accepts)
-    return len(found) / len(texts)

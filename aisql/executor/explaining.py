@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import duckdb
 
 from aisql.engine.model.calibrate import cpu_calibration
@@ -13,7 +15,7 @@ from aisql.executor.script import bind_script, check_endpoints
 from aisql.executor.selectivity_samples import SampleEvaluator
 from aisql.executor.session import ModelSession
 from aisql.planner import PlanningContext, plan_statement
-from aisql.planner.cost import estimate_plan
+from aisql.planner.cost import Side, estimate_plan
 from aisql.planner.explain import Explanation
 from aisql.planner.hardware import hardware_profile
 from aisql.sql.parameters import Parameters
@@ -47,11 +49,55 @@ def explain_script(
     plans = [plan_statement(bound, PlanningContext(stats)) for bound in statements]
     has_ai = any(p.nodes for p in plans)
     estimates = [estimate_plan(p, stats, profile) if p.nodes else None for p in plans]
+    cache_note = None
+    if has_ai:
+        fingerprint = session.known_fingerprint()
+        if fingerprint is None:
+            cache_note = "result cache not consulted: this model's numerics (--dtype auto) are measured by its first run"
+        else:
+            estimates = [_less_cached(p, e, stats, session.store, fingerprint) if e else None for p, e in zip(plans, estimates)]
     model = session.model_name() if has_ai else None  # its name as the user gave it, not a cache path
-    explanation = Explanation(plans=plans, estimates=estimates, hardware=profile, model=model, load_s=measured.load_s if measured and has_ai else None)
+    all_cached = has_ai and all(
+        est.cached_share == 1.0 for e in estimates if e for est in e.nodes if est.quality == "estimate"
+    ) and any(est.quality == "estimate" for e in estimates if e for est in e.nodes)
+    explanation = Explanation(
+        plans=plans,
+        estimates=estimates,
+        hardware=profile,
+        model=model,
+        load_s=measured.load_s if measured and has_ai and not all_cached else None,
+        cache_note=cache_note or ("every answer is in the result cache: no model load, no model time" if all_cached else None),
+        measured_load=measured.load if measured else None,
+    )
     if workers:
         explanation.shard_plans = _shard_plans(plans, estimates, stats, workers, checkpoint_every)
     return explanation
+
+
+def _less_cached(plan, estimate, stats: MeasuredStatistics, store, fingerprint: str):
+    """The estimate with each node's cached share (a sample looked up in the result cache, as
+    --max-prompts counts it) taken off its planned prompts, tokens, time and money. Naive
+    execution never reads the cache, so its side stays whole."""
+    from aisql.executor.cached_share import cached_share
+
+    nodes = []
+    for est in estimate.nodes:
+        node = next((n for n in plan.nodes if n.id == est.node), None)
+        found = cached_share(node, stats, store, fingerprint) if node is not None and est.quality == "estimate" else None
+        if found is None or found.share == 0.0:
+            nodes.append(est)
+            continue
+        rest = 1.0 - found.share
+        side = est.plan
+        nodes.append(
+            dataclasses.replace(
+                est,
+                plan=Side(side.prompts * rest, side.tokens * rest, side.flops * rest, side.time_s * rest, side.usd * rest),
+                cached_share=found.share,
+                cached_share_exact=found.exact,
+            )
+        )
+    return dataclasses.replace(estimate, nodes=nodes)
 
 
 def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, checkpoint_every: int) -> dict[str, dict]:

@@ -26,6 +26,7 @@ class Measured:
     naive_tokens_per_s: float | None
     load_s: float | None
     runs: int
+    load: float | None = None  # cores other work kept busy while the speed was measured (about)
 
 
 def log_path() -> Path:
@@ -56,10 +57,12 @@ def lookup(fingerprint: str, path: Path | None = None) -> Measured | None:
         tokens, seconds = entry.get(f"{mode}_tokens", 0), entry.get(f"{mode}_seconds", 0.0)
         return tokens / seconds if tokens >= MIN_TOKENS and seconds > 0 else None
 
-    return Measured(rate("planned"), rate("naive"), entry.get("load_s"), entry.get("runs", 0))
+    return Measured(rate("planned"), rate("naive"), entry.get("load_s"), entry.get("runs", 0), entry.get("busy_elsewhere"))
 
 
-def record(fingerprint: str, mode: str, tokens: int, seconds: float, load_s: float | None = None, path: Path | None = None) -> None:
+def record(
+    fingerprint: str, mode: str, tokens: int, seconds: float, load_s: float | None = None, path: Path | None = None, busy_elsewhere: float | None = None
+) -> None:
     """Add one run's AI work (`mode` planned or naive) to the model's totals (best effort: a
     read-only cache directory only means explain stays uncalibrated)."""
     if tokens < MIN_TOKENS or seconds <= 0:
@@ -75,6 +78,8 @@ def record(fingerprint: str, mode: str, tokens: int, seconds: float, load_s: flo
     entry["runs"] = entry.get("runs", 0) + 1
     if load_s is not None:
         entry["load_s"] = round(load_s, 3)
+    if busy_elsewhere is not None:  # decays with the rates it describes
+        entry["busy_elsewhere"] = round(0.5 * entry.get("busy_elsewhere", busy_elsewhere) + 0.5 * busy_elsewhere, 2)
     from aisql.paths import save_cache_file
 
     save_cache_file(path, json.dumps(data, indent=1))
@@ -101,4 +106,19 @@ def remember(session, nodes, mode: str) -> None:
     """A run's speed on this machine (its LLM nodes' computed tokens over their time)."""
     tokens = sum(n.computed_tokens for n in nodes)
     seconds = sum(n.wall_s for n in nodes)
-    record(session.fingerprint(), mode, tokens, seconds, load_s=session.load_s)
+    record(session.fingerprint(), mode, tokens, seconds, load_s=session.load_s, busy_elsewhere=busy_elsewhere())
+
+
+def busy_elsewhere() -> float | None:
+    """About how many cores other work kept busy during the run just ended: the 1-minute load
+    average less this process's own compute threads (no extra sampling at the end of a run)."""
+    import os
+    import sys
+
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    torch = sys.modules.get("torch")
+    own = torch.get_num_threads() if torch is not None else 1
+    return max(0.0, load - own)

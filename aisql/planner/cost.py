@@ -62,6 +62,10 @@ class NodeEstimate:
     computed_without_prefix_cache: float | None = None  # dedup only, every prompt in full
     plan: Side = ZERO
     naive: Side = ZERO
+    # Share of the node's distinct prompts already in the result cache (given by the executor,
+    # which owns the cache; `plan` then prices only the rest). None: not looked up.
+    cached_share: float | None = None
+    cached_share_exact: bool = False  # every distinct prompt was looked up, not a sample
 
     def to_dict(self) -> dict:
         data = asdict(self)

@@ -19,6 +19,8 @@ from aisql.planner.plan import AINode, Plan, Strategy
 if TYPE_CHECKING:
     from rich.tree import Tree
 
+BUSY_CORES = 0.5  # other work on this many cores while speed was measured: said beside the estimate
+
 
 class _Discard:
     """A file that drops what is written (rich renders into its capture or record instead)."""
@@ -40,6 +42,8 @@ class Explanation:
     model: str | None = None
     load_s: float | None = None  # the model's measured load time, when it is not loaded yet
     shard_plans: dict[str, dict] = field(default_factory=dict)  # node id -> its shard plan on `workers` (explain --workers)
+    cache_note: str | None = None  # what the result cache changes (everything cached), or why it was not consulted
+    measured_load: float | None = None  # cores other work kept busy when the calibrating speed was measured
 
     def tree(self) -> Tree:
         header = ""
@@ -51,10 +55,14 @@ class Explanation:
             )
             if hw.planned_tokens_per_s:
                 header += f" · time calibrated: {hw.planned_tokens_per_s:,.0f} computed tok/s measured with this model"
+                if self.measured_load is not None and self.measured_load >= BUSY_CORES:
+                    header += f" while other work kept ~{self.measured_load:.1f} cores busy (estimates may run high on an idle machine)"
             elif self.model:
                 header += " · time uncalibrated (FLOP model; a run of this model calibrates it)"
             if self.load_s is not None:
                 header += f" · + model load ~{self.load_s:.1f} s (measured)"
+            if self.cache_note:
+                header += f" · {self.cache_note}"
         calibrated = bool(self.hardware and self.hardware.planned_tokens_per_s)
         return plans_tree(self.plans, self.estimates, header, calibrated, self.shard_plans)
 
@@ -90,6 +98,8 @@ class Explanation:
             }
             data["model"] = self.model
             data["model_load_s"] = self.load_s
+            data["calibrated_while_busy_cores"] = self.measured_load
+        data["cache_note"] = self.cache_note
         return data
 
 
@@ -139,6 +149,8 @@ def plan_to_dict(plan: Plan, estimate: PlanEstimate | None, shard_plans: dict[st
                 "selectivity": {"value": est.selectivity.value, "source": est.selectivity.source} if known and est.selectivity else None,
                 "tokens_per_prompt": est.tokens_per_prompt if known else None,
                 "computed_tokens_without_prefix_cache": round(est.computed_without_prefix_cache) if known else None,
+                "cached_share": est.cached_share if est else None,
+                "cached_share_exact": est.cached_share_exact if est else None,
                 "plan": _side(est.plan) if known else None,
                 "naive": _side(est.naive) if known else None,
                 "input_sql": node.input_sql,
@@ -182,6 +194,8 @@ def plans_tree(
                     f"prompts unique: {mark}{est.prompts_unique:,.0f}"
                 )
                 branch.add(_cost_line(est.naive, est.plan, calibrated))
+                if est.cached_share:
+                    branch.add(f"[green]{cached_line(est)}[/green]")
                 if est.reason:
                     branch.add(f"[dim]{est.reason}[/dim]")
                 cascade = approximate_line(node, est)
@@ -216,6 +230,15 @@ def shard_line(plan: dict) -> str:
     if plan.get("expected_s") is not None:
         line += f" · expected ~{_duration(plan['expected_s'])}"
     return line
+
+
+def cached_line(est: NodeEstimate) -> str:
+    """What the result cache takes off a node's planned cost, in one line."""
+    unique = est.prompts_unique or 0
+    how = "every prompt looked up" if est.cached_share_exact else "from a sample of its prompts"
+    if est.cached_share == 1.0:
+        return f"result cache: all {unique:,.0f} answers cached ({how}): the plan asks the model nothing"
+    return f"result cache: ~{est.cached_share:.0%} of {unique:,.0f} answers cached ({how}): the plan prices only the rest"
 
 
 def approximate_line(node, est) -> str | None:
