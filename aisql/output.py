@@ -314,6 +314,36 @@ def approximate_note(stats) -> str | None:
     return "; ".join(parts) or None
 
 
+NEAR_CHANCE_SHARE = 0.25  # this share of answers at P(Yes) 0.4-0.6: the model is close to guessing
+ONE_SIDED_MIN = 20  # this many answers all Yes (or all No): said, it often means the question was not read
+
+
+def signal_lines(stats) -> list[tuple[str, bool]]:
+    """Per AI.IF node, how sure its answers were: the yes-rate and how many were near a coin toss
+    (P(Yes) 0.4-0.6), and (True) a warning when that says the answers carry little signal."""
+    lines = []
+    for node in stats.nodes:
+        scored = node.answers_scored
+        if not scored:
+            continue
+        near = node.answers_near_boundary
+        line = (
+            f"{node.node} {node.function}: Yes for {node.answers_yes / scored:.0%} of {scored:,} distinct prompts; "
+            f"{near:,} ({near / scored:.0%}) near a coin toss (P(Yes) 0.4-0.6)"
+        )
+        lines.append((line, False))
+        if near / scored >= NEAR_CHANCE_SHARE:
+            lines.append((
+                f"{node.node}'s answers are close to chance: the model barely prefers one answer for {near / scored:.0%} of them; "
+                "check a few against what you know, rephrase the question (README: phrasing), or use a larger model",
+                True,
+            ))
+        elif scored >= ONE_SIDED_MIN and node.answers_yes in (0, scored):
+            side = "Yes" if node.answers_yes else "No"
+            lines.append((f"{node.node} answered {side} to all {scored:,} prompts: check that the question fits the data, or rephrase it", True))
+    return lines
+
+
 def print_summary(result, output: str | None) -> None:
     totals = result.stats.totals()
     rows = "no rows" if result.table is None else f"{result.table.num_rows:,} rows"
@@ -347,6 +377,8 @@ def print_summary(result, output: str | None) -> None:
     if result.stats.embed_model:
         parts.append(f"embed model {result.stats.embed_model}")
     stderr.print("[dim]" + escape(" · ".join(parts)) + "[/dim]")
+    for line, worrying in signal_lines(result.stats):
+        stderr.print(f"[yellow]warning: {escape(line)}[/yellow]" if worrying else f"[dim]{escape(line)}[/dim]")
     workers = result.stats.workers()
     if workers:
         each = ", ".join(

@@ -36,6 +36,7 @@ def test_default_model_falls_back_to_smollm2_when_installed(offline, monkeypatch
     from aisql.engine.model import gguf
     from aisql.engine.model.loader import resolve_model
 
+    monkeypatch.setenv("AISQL_CACHE_DIR", str(tmp_path / "cache"))  # where "said today" is remembered
     fake = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     fake.write_bytes(b"GGUF")
     monkeypatch.setattr(gguf, "smollm2_file", lambda: fake)
@@ -43,6 +44,11 @@ def test_default_model_falls_back_to_smollm2_when_installed(offline, monkeypatch
     model = resolve_model(None, warn=warnings.append)  # resolving converts and loads nothing
     assert (model.name, model.backend, model.location) == ("smollm2", "gguf", str(fake))
     assert len(warnings) == 1 and DEFAULT_MODEL in warnings[0] and "smollm2" in warnings[0] and "tiny" not in warnings[0]
+    resolve_model(None, warn=warnings.append)
+    assert len(warnings) == 1  # once a day per cache directory, not on every run
+    monkeypatch.setenv("AISQL_CACHE_DIR", str(tmp_path / "another-cache"))
+    resolve_model(None, warn=warnings.append)
+    assert len(warnings) == 2
 
 
 def test_smollm2_not_installed_is_one_clear_error(offline, without_smollm2):

@@ -56,7 +56,7 @@ def test_nested_call_runs_first_and_aggregates_after_keys():
     [
         ("SELECT AI.GENERATE(x) FROM t", Strategy.PREFETCH),
         ("SELECT AI.GENERATE(x) FROM t LIMIT 3", Strategy.STREAMING),
-        ("SELECT id, AI.GENERATE(x) FROM t ORDER BY id LIMIT 3", Strategy.STREAMING),
+        ("SELECT id, AI.GENERATE(x) FROM t ORDER BY id LIMIT 3", Strategy.PREFETCH),  # the 3 rows' sort keys (input_limited)
         ("SELECT AI.GENERATE(x) AS g FROM t ORDER BY g LIMIT 3", Strategy.PREFETCH),
         ("SELECT AI.GENERATE(x) FROM t ORDER BY 1 LIMIT 3", Strategy.PREFETCH),
         ("SELECT DISTINCT AI.GENERATE(x) FROM t LIMIT 3", Strategy.PREFETCH),
@@ -68,6 +68,24 @@ def test_nested_call_runs_first_and_aggregates_after_keys():
 def test_strategy(sql, strategy):
     (node,) = plan(sql).nodes
     assert node.strategy is strategy
+
+
+@pytest.mark.parametrize(
+    "sql, limited",
+    [
+        ("SELECT id, AI.GENERATE(x) FROM t ORDER BY id LIMIT 3", True),
+        ("SELECT id, AI.GENERATE(x) FROM t ORDER BY id DESC NULLS FIRST LIMIT 3 OFFSET 2", True),
+        ("SELECT id, AI.GENERATE(x) AS g FROM t ORDER BY g LIMIT 3", False),  # sorted by the answers
+        ("SELECT id AS k, AI.GENERATE(x) FROM t ORDER BY k LIMIT 3", False),  # a SELECT alias: not recomputed
+        ("SELECT AI.GENERATE(x) FROM t ORDER BY 1 LIMIT 3", False),
+        ("SELECT id, AI.GENERATE(x) FROM t WHERE AI.IF(x) ORDER BY id LIMIT 3", True),  # after the filter's answers
+        ("SELECT id, AI.GENERATE(x) FROM t ORDER BY id", False),
+    ],
+)
+def test_a_column_under_order_by_limit_asks_only_the_kept_rows(sql, limited):
+    """AI.EMBED / AI.GENERATE under `ORDER BY id LIMIT 3` used to be asked for every row."""
+    nodes = [n for n in plan(sql).nodes if n.call.function.name == "GENERATE"]
+    assert nodes[0].input_limited is limited
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ def test_missing_vllm_gives_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
     with pytest.raises(ModelError, match="vllm package, which is not installed") as info:
         load_engine("vllm:Qwen/Qwen3-0.6B")
-    assert "aisql[vllm]" in info.value.hint
+    assert "aisql-engine[vllm]" in info.value.hint
 
 
 @pytest.fixture

@@ -19,6 +19,9 @@ class Answer:
     value: Any  # the SQL value: bool for IF, a label for CLASSIFY, text for GENERATE
     cost: int  # tokens a one-prompt-at-a-time engine runs for this prompt (logical accounting)
     score: float | None = None  # probability of the chosen label, for IF and CLASSIFY
+    # AI.IF: P(Yes) among Yes and No — how sure the answer is (run summaries count answers near
+    # 0.5). None for other functions, and for answers cached before it was kept.
+    p_yes: float | None = None
 
 
 class AnswerStore(Protocol):

@@ -94,9 +94,16 @@ class Answering:
     options: RunOptions = field(default_factory=RunOptions)
     clock: Callable[[], float] = time.perf_counter  # model time of a chunk (tests pass a clock of work done)
     chunks: ChunkSizer = field(init=False)
+    # Per task: the prompt texts some node of this run asked already. Two identical calls in one
+    # SELECT share it, so the run counts their prompts once as unique (and never as "cached").
+    seen_by_task: dict[str, set[str]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.chunks = ChunkSizer(self.options.checkpoint_every, self.options.checkpoint_seconds)
+
+    def seen(self, task: Task) -> set[str]:
+        """The texts of `task` this run has asked (or looked up) so far, shared by its nodes."""
+        return self.seen_by_task.setdefault(task.signature, set())
 
     def key(self, task: Task) -> str:
         """Where a task's answers live in the store: per model, per task."""

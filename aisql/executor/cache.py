@@ -221,7 +221,10 @@ def _key(task: str, text: str) -> bytes:
 
 
 def _encode(answer: Answer) -> str:
-    return json.dumps({"v": answer.value, "c": answer.cost, "s": answer.score})
+    data = {"v": answer.value, "c": answer.cost, "s": answer.score}
+    if answer.p_yes is not None:
+        data["p"] = answer.p_yes
+    return json.dumps(data)
 
 
 def _decode(value) -> Answer | None:
@@ -230,14 +233,16 @@ def _decode(value) -> Answer | None:
         data = json.loads(value)
     except (TypeError, ValueError, RecursionError):  # not JSON, not text, nested past the parser
         return None
-    if not isinstance(data, dict) or data.keys() != {"v", "c", "s"}:
+    if not isinstance(data, dict) or data.keys() not in ({"v", "c", "s"}, {"v", "c", "s", "p"}):
         return None
-    cost, score = data["c"], data["s"]
+    cost, score, p_yes = data["c"], data["s"], data.get("p")
     if type(cost) is not int or cost < 0:
         return None
     if score is not None and (type(score) not in (int, float) or not 0.0 <= score <= 1.0):
         return None
-    return Answer(value=data["v"], cost=cost, score=score)
+    if p_yes is not None and (type(p_yes) not in (int, float) or not 0.0 <= p_yes <= 1.0):
+        return None
+    return Answer(value=data["v"], cost=cost, score=score, p_yes=p_yes)
 
 
 def _accepted(accept: Accept, value) -> bool:

@@ -64,6 +64,7 @@ class EmbeddingRuntime(NodeRuntime):
         self._cost: dict[str, int] = {}  # text -> its tokens (a row's logical cost)
         self._matrix: np.ndarray | None = None
         self.stats.model_kind = "embedding"
+        self.closed = False  # input_limited: rows outside the LIMIT's answer NULL, unembedded
 
     @property
     def store_key(self) -> str:
@@ -163,6 +164,12 @@ class EmbeddingRuntime(NodeRuntime):
         rows = list(zip(*columns))
         live = [values for values in rows if not any(v is None for v in values)]
         texts = self._texts_of(live)
+        if self.closed:  # only the rows the top-N keeps were asked for; DuckDB drops the others
+            asked = [all(text in self.index for text in group) for group in texts]
+            live = [values for values, ok in zip(live, asked) if ok]
+            texts = [group for group, ok in zip(texts, asked) if ok]
+            kept = set(live)
+            rows = [values if values in kept else (None,) for values in rows]  # (None,): answered NULL below
         missing: dict[str, int] = {}
         for group in texts:
             for text in group:

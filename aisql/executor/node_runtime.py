@@ -33,7 +33,8 @@ class NodeRuntime:
         self.answering = answering
         self.options = answering.options
         self.values: dict[tuple, Any] = {}  # argument tuple -> SQL value
-        self.seen_texts: set[str] = set()
+        self.seen_texts: set[str] = answering.seen(self.task)  # shared with identical calls of the run
+        self.signal_counted: set[str] = set()  # distinct texts whose confidence is in the stats
         # Stopped early (LIMIT): tuples never asked answer NULL, which no predicate keeps.
         self.closed = False
         self.stats = NodeStats(node=node.id, function=node.call.describe(), strategy=node.strategy.value)
@@ -131,6 +132,13 @@ class NodeRuntime:
             raise self._located(err) from None
         for values, text in prompts.text_of.items():
             self.values[values] = known[text].value
+        self._count_signal((text, known[text]) for text in prompts.counts)
+
+    def _count_signal(self, answers) -> None:
+        for text, answer in answers:
+            if text not in self.signal_counted:
+                self.signal_counted.add(text)
+                self.stats.count_signal(answer)
 
     def _answer_approximately(self, prompts: PromptSet, targets) -> None:
         """Approximate mode (opt-in): the LLM answers a sample and the rows the proxy is unsure
@@ -205,6 +213,7 @@ class NodeRuntime:
 
         def ask(engine: Engine) -> tuple[Any, int]:
             answer = evaluate(engine, self.task, [text], naive=True, on_overflow=self.options.on_overflow)[text]
+            self._count_signal([(text, answer)])
             return answer.value, answer.cost
 
         return ask

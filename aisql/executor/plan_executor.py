@@ -105,6 +105,8 @@ class Executor:
         statement did bind), the node streams instead: slower, never wrong."""
         try:
             runtime.prefetch(self.con)
+            if runtime.node.input_limited:  # DuckDB projects every row before its top-N: the rows it drops stay unasked
+                runtime.closed = True
         except duckdb.BinderException as err:
             if errors.first is not None:
                 raise errors.first from None

@@ -58,6 +58,7 @@ def _score(engine: Engine, task: Task, items: Sequence["Prepared"], naive: bool)
             value=function.value_from_scores(task, scores.logprobs),
             cost=request.standalone_tokens(),
             score=math.exp(scores.logprobs[scores.best]),
+            p_yes=function.p_yes(scores.logprobs),
         )
     return answers
 

@@ -46,6 +46,19 @@ class NodeStats:
     prefix_recompute_tokens: int = 0  # prompt tokens more than one worker computed (split prefix groups)
     tie_confirmed_prompts: int = 0  # reduced-precision near ties answered in float32 (aisql.engine.model.tie_confirmation)
     tie_confirmed_tokens: int = 0
+    # AI.IF's signal (distinct prompts whose P(Yes) is known): how many answered Yes, and how many
+    # were near a coin toss (P(Yes) within NEAR_BOUNDARY of 0.5): an answer's confidence, summed.
+    answers_scored: int = 0
+    answers_yes: int = 0
+    answers_near_boundary: int = 0
+
+    def count_signal(self, answer) -> None:
+        """One distinct AI.IF answer's confidence (answers cached before it was kept have none)."""
+        if answer.p_yes is None:
+            return
+        self.answers_scored += 1
+        self.answers_yes += bool(answer.value)
+        self.answers_near_boundary += abs(answer.p_yes - 0.5) <= NEAR_BOUNDARY
 
     def add_engine(self, delta: EngineStats) -> None:
         for name in _FROM_ENGINE:
@@ -58,6 +71,9 @@ class NodeStats:
             setattr(self, name, getattr(self, name) + getattr(counts, name))
         self.add_engine(counts.work)
         add_worker_counts(self.workers, counts.workers)
+
+
+NEAR_BOUNDARY = 0.1  # P(Yes) in [0.4, 0.6]: the model barely prefers one answer
 
 
 def add_worker_counts(into: dict[str, dict], other: dict[str, dict]) -> None:

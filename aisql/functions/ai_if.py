@@ -2,7 +2,9 @@
 (BigQuery AI.IF, Snowflake AI_FILTER.)
 
 Scored, not generated: one forward pass gives the probabilities of the two answers, and the more
-likely one wins. As a predicate it filters rows in WHERE and joins them in JOIN ... ON.
+likely one wins — or, with `{'min_confidence': x}`, TRUE only where P(Yes) among Yes and No is
+at least x (a threshold of the user's, e.g. for precision over recall; its answers are cached
+apart from the default's). As a predicate it filters rows in WHERE and joins them in JOIN ... ON.
 
 The framing is chosen by measured accuracy with a real small model (SmolLM2-135M-Instruct, see
 benchmarks/RESULTS.md §10): the user's prompt as the user's turn under the model's own default
@@ -13,13 +15,20 @@ instruct model puts almost no probability on either (it wants to begin "The revi
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from aisql.engine.model.prompt_format import Framing
 from aisql.functions.base import AIFunction, Options, Request, Task, best_label
 
 LABELS = ("Yes", "No")
 FRAMING = Framing(system=None, answer_prefix="The answer is:", label_prefix=" ")
+
+
+@dataclass(frozen=True)
+class IfOptions(Options):
+    min_confidence: float | None = None  # TRUE when P(Yes) >= this; None: the likelier label
 
 
 class AiIf(AIFunction):
@@ -33,9 +42,24 @@ class AiIf(AIFunction):
     signature_hint = "AI.IF(PROMPT('... {column} ...'))"
 
     def task(self, options: Options) -> Task:
-        return Task(self, FRAMING, LABELS)
+        return Task(self, FRAMING, LABELS, threshold=getattr(options, "min_confidence", None))
+
+    def options_from_hints(self, spelling: str, options: Options, hints: dict[str, Any]) -> Options:
+        threshold = hints.pop("min_confidence", None)
+        return IfOptions(min_confidence=threshold) if threshold is not None else options
+
+    def describe_options(self, options: Options) -> str:
+        threshold = getattr(options, "min_confidence", None)
+        return f", {{'min_confidence': {threshold:g}}}" if threshold is not None else ""
+
+    def p_yes(self, logprobs: Sequence[float]) -> float:
+        """P(Yes) among Yes and No, from the two labels' log-probabilities."""
+        yes, no = logprobs[0], logprobs[1]
+        return 1.0 / (1.0 + math.exp(min(700.0, no - yes)))
 
     def value_from_scores(self, task: Task, logprobs: Sequence[float]) -> bool:
+        if task.threshold is not None:
+            return self.p_yes(logprobs) >= task.threshold
         return best_label(logprobs) == 0
 
 

@@ -15,7 +15,7 @@ from sqlglot import exp
 from aisql.errors import BindError
 
 MAX_MAX_TOKENS = 8192
-HINT_KEYS = {"selectivity", "anchor", "recall", "precision", "delta", "sample", "seed"}
+HINT_KEYS = {"selectivity", "anchor", "recall", "precision", "delta", "sample", "seed", "min_confidence"}
 APPROXIMATE_KEYS = ("recall", "precision", "delta", "sample", "seed")  # approximate mode's targets (AI.IF)
 
 
@@ -96,12 +96,14 @@ def read_hints(spelling: str, node: exp.Expression) -> dict[str, Any]:
         value = literal_value(item.expression)
         if key == "selectivity" and not (isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0):
             raise BindError(f"{spelling}: option 'selectivity' must be a number between 0 and 1")
+        if key == "min_confidence" and not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 < float(value) < 1.0):
+            raise BindError(f"{spelling}: option 'min_confidence' must be a number between 0 and 1 (exclusive), e.g. 0.8")
         if key == "anchor" and not isinstance(value, str):
             raise BindError(f"{spelling}: option 'anchor' must be a table alias in quotes")
         problem = target_problem(key, value) if key in APPROXIMATE_KEYS else None
         if problem:
             raise BindError(f"{spelling}: option {problem}")
-        hints[key] = float(value) if key in ("selectivity", "recall", "precision", "delta") else value
+        hints[key] = float(value) if key in ("selectivity", "recall", "precision", "delta", "min_confidence") else value
     return hints
 
 

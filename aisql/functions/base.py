@@ -70,6 +70,7 @@ class Task:
     sampling: tuple[float, float, int] | None = None  # GENERATE only: (temperature, top_p, seed); None: greedy
     instruction: str | None = None  # AGGREGATE only: the user's task description (AI_AGG's second argument)
     stage: bool = False  # an aggregate's map or reduce prompts: GENERATE requests (no instruction: its own key)
+    threshold: float | None = None  # IF only (min_confidence): TRUE when P(Yes) among Yes/No >= this; None: the likelier label
 
     @property
     def signature(self) -> str:
@@ -83,6 +84,8 @@ class Task:
             parts += ["sampling", *map(repr, self.sampling)]
         if self.instruction is not None:
             parts += ["instruction", self.instruction]
+        if self.threshold is not None:
+            parts += ["threshold", repr(self.threshold)]
         payload = "\x1f".join(parts)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -106,7 +109,7 @@ class Task:
         return hash(self._key())
 
     def _key(self) -> tuple:
-        return (self.function.name, self.framing, self.labels, self.max_tokens, self.grammar, self.sampling, self.instruction, self.stage)
+        return (self.function.name, self.framing, self.labels, self.max_tokens, self.grammar, self.sampling, self.instruction, self.stage, self.threshold)
 
 
 class AIFunction:
@@ -162,11 +165,19 @@ class AIFunction:
                 vendor = dataclasses.replace(vendor, notes=vendor.notes + (note,))
         options = self.read_options(spelling, positional, named)
         hints = self.read_hints_and_finish(spelling, positional, named)
+        options = self.options_from_hints(spelling, options, hints)
         if any(key in hints for key in arguments.APPROXIMATE_KEYS) and not self.approximates:
             raise BindError(f"{spelling} has no approximate mode (AI.IF has): recall / precision / delta do not apply")
         if vendor.approximate:
             hints["approximate"] = True
         return prompt, options, hints, vendor
+
+    def options_from_hints(self, spelling: str, options: Options, hints: dict[str, Any]) -> Options:
+        """Options written in the hints struct that change answers, not plans (AI.IF's
+        min_confidence): taken out of `hints` into the options. Other functions refuse them."""
+        if "min_confidence" in hints:
+            raise BindError(f"{spelling}: option 'min_confidence' is AI.IF's (a threshold on P(Yes))")
+        return options
 
     def read_hints_and_finish(self, spelling: str, positional: list[exp.Expression], named: dict[str, exp.Expression]) -> dict[str, Any]:
         """The planner hints struct that may end a call, then nothing may be left over."""
@@ -207,6 +218,10 @@ class AIFunction:
     def value_from_scores(self, task: Task, logprobs: Sequence[float]) -> Any:
         """The SQL value from the labels' log-probabilities (SCORE functions)."""
         raise NotImplementedError
+
+    def p_yes(self, logprobs: Sequence[float]) -> float | None:
+        """A yes/no function's P(Yes) from its labels' log-probabilities (None: not yes/no)."""
+        return None
 
     def value_from_text(self, task: Task, text: str) -> Any:
         """The SQL value from the generated text (GENERATE functions)."""

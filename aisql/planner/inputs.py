@@ -9,7 +9,11 @@ TRUE for the call's value to matter:
 - in the ON of an outer join: the pairs of the join's left side and its table that satisfy the
   other ON conjuncts (WHERE may not be applied below an outer join);
 - in the SELECT list, ORDER BY, QUALIFY: the rows surviving WHERE (and GROUP BY/HAVING when the
-  prompt's arguments aggregate);
+  prompt's arguments aggregate); in the SELECT list of a SELECT with ORDER BY ... LIMIT whose
+  sort keys need no AI answer, only the rows whose sort keys are among the LIMIT's (`SELECT id,
+  AI.EMBED(x) ... ORDER BY id LIMIT 3` embeds three rows, not the table). Rows tied with the last
+  one kept are included, so whichever of them DuckDB's top-N keeps has its answer; the node is
+  then `input_limited` and answers NULL, without asking, for rows the top-N drops anyway;
 - in HAVING: the groups surviving the other HAVING conjuncts.
 
 Conjuncts that call AI nodes not yet evaluated are dropped (the input becomes a superset: more
@@ -36,6 +40,13 @@ def build_input_sql(node: AINode, available: set[str], all_names: set[str]) -> t
     filters, and all calls of the statement. Returns (sql, dropped_filters): dropped_filters says
     the input is a superset because filters calling unavailable nodes were left out.
     """
+    sql, dropped, _ = build_node_input(node, available, all_names)
+    return sql, dropped
+
+
+def build_node_input(node: AINode, available: set[str], all_names: set[str]) -> tuple[str | None, bool, bool]:
+    """build_input_sql's (sql, dropped_filters), and whether the input covers only the rows an
+    ORDER BY ... LIMIT keeps (the node may then answer NULL for the others without asking)."""
     select = node.location.select
     if select is None:
         return None, False
@@ -43,16 +54,16 @@ def build_input_sql(node: AINode, available: set[str], all_names: set[str]) -> t
     builder = _InputBuilder(select, node, blocked)
     query = builder.build()
     if query is None:
-        return None, False
+        return None, False, False
     if bound_call_names(query, blocked):
-        return None, False  # e.g. a derived table or CTE whose AI answers are not known yet
+        return None, False, False  # e.g. a derived table or CTE whose AI answers are not known yet
     pin_conjunct_order(query, all_names)  # earlier AI predicates only on rows the plain filters keep
     names = [f"{ARG_PREFIX}{i}" for i in range(node.call.arity)]
     wrapper = exp.select(*names, exp.alias_(exp.func("count", exp.Star()), COUNT_COLUMN)).from_(
         exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier("__aisql_input")))
     )
     wrapper = wrapper.group_by(*names)
-    return wrapper.sql(dialect="duckdb", comments=False), builder.dropped
+    return wrapper.sql(dialect="duckdb", comments=False), builder.dropped, builder.limited
 
 
 def ungrouped_input_sql(grouped_sql: str) -> str:
@@ -79,6 +90,7 @@ class _InputBuilder:
         self.blocked = blocked
         self.dropped = False  # a filter was dropped because it needs unknown AI answers
         self.self_name = node.function_name.upper()
+        self.limited = False  # the input is the rows an ORDER BY ... LIMIT keeps (with ties)
 
     def build(self) -> exp.Select | None:
         query = self.original.copy()
@@ -89,6 +101,7 @@ class _InputBuilder:
         if any(self._blocked_in(a) for a in args):
             return None  # an AI call inside the prompt's arguments has no answers yet
         loc = self.node.location
+        keep_limit = False
         joins = query.args.get("joins") or []
         all_inner = all(_is_inner(j) for j in joins)
 
@@ -135,13 +148,18 @@ class _InputBuilder:
                     return None
                 items = self._grouped_items(query.expressions)
             else:
+                keep_limit = self._limit_applies(query)
                 self._drop_grouping(query)
                 items = self._row_items(query.expressions)
             if items is None:
                 return None
 
+        top = self._top_keys(query) if keep_limit and not self.dropped else None
         for key in _DROP_FROM_INPUT:
             query.set(key, None)
+        if top is not None:
+            query = query.where(top, copy=False)
+            self.limited = True
         query.set("expressions", items + [exp.alias_(a, f"{ARG_PREFIX}{i}") for i, a in enumerate(args)])
         ctes = QueryScopes(self.original.root()).visible_ctes(self.original)
         if ctes:
@@ -224,6 +242,45 @@ class _InputBuilder:
             else:
                 kept.append(item)
         return kept
+
+    def _limit_applies(self, query: exp.Select) -> bool:
+        """A call in the SELECT list of a SELECT whose ORDER BY ... LIMIT picks its rows without
+        AI answers: only those rows need the call's value. Not with DISTINCT, QUALIFY, grouping,
+        aggregates or windows (they see every row's value), nor an ORDER BY over AI answers, by
+        position or by a SELECT alias (the sort keys are recomputed over the FROM clause)."""
+        if self.node.location.clause is not Clause.SELECT or not isinstance(query.args.get("limit"), exp.Limit):
+            return False
+        if query.args.get("order") is None or not isinstance(query.args["limit"].expression, exp.Literal):
+            return False
+        if any(query.args.get(key) is not None for key in ("distinct", "qualify", "group", "having")):
+            return False
+        if any(_aggregates(e) or e.find(exp.Window) is not None for e in query.expressions):
+            return False
+        aliases = {e.alias.lower() for e in query.expressions if e.alias}
+        for ordered in query.args["order"].expressions:
+            key = ordered.this
+            if isinstance(key, exp.Literal) or self._blocked_in(key) or key.find(exp.AggFunc, exp.Window, exp.Subquery) is not None:
+                return False
+            if any(not column.table and column.name.lower() in aliases for column in key.find_all(exp.Column)):
+                return False
+        offset = query.args.get("offset")
+        return offset is None or isinstance(offset.expression, exp.Literal)
+
+    def _top_keys(self, query: exp.Select) -> exp.Expression:
+        """`EXISTS (the LIMIT's sort-key tuples, equal to this row's)`: the rows of `query`
+        (its ORDER BY / LIMIT / OFFSET still set) whose sort keys are among those the LIMIT keeps,
+        ties with the last one included (NULL keys match NULL keys, as ORDER BY groups them)."""
+        order = query.args["order"]
+        keys = [ordered.this.copy() for ordered in order.expressions]
+        top = query.copy()
+        top.set("expressions", [exp.alias_(key, f"__aisql_k{i}") for i, key in enumerate(keys)])
+        top.set("order", order.copy())
+        matches = [
+            exp.NullSafeEQ(this=exp.column(f"__aisql_k{i}", table="__aisql_top"), expression=key.copy()) for i, key in enumerate(keys)
+        ]
+        return exp.Exists(
+            this=exp.select("1").from_(exp.Subquery(this=top, alias=exp.TableAlias(this=exp.to_identifier("__aisql_top")))).where(exp.and_(*matches))
+        )
 
     def _filter_join(self, join: exp.Join) -> bool:
         """Strip unavailable AI conjuncts from an inner join's ON; outer joins must be complete."""

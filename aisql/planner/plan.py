@@ -76,6 +76,7 @@ class AINode:
     anchor: str | None = None  # AI joins: the table whose rows are the outer loop
     anchor_args: tuple[int, ...] = ()  # the arguments read from the anchor table
     stop_after: int | None = None  # evaluate in chunks until this many rows qualify (LIMIT, no ORDER BY)
+    input_limited: bool = False  # input_sql holds only the rows an ORDER BY ... LIMIT keeps: others answer NULL unasked
 
     @property
     def id(self) -> str:

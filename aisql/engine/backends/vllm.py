@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+from aisql.extras import install_hint
 from aisql.engine.decoding.constrained import refuse_grammar
 from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelInfo, ScoreRequest, logsumexp
 from aisql.engine.model.loader import vllm_fingerprint
@@ -40,7 +41,7 @@ def load_vllm_engine(model: str, options) -> "VLLMEngine":
     except ImportError:
         raise ModelError(
             "the vLLM backend needs the vllm package, which is not installed",
-            hint="on a CUDA machine: pip install 'aisql[vllm]'; or drop the vllm: prefix to use the built-in engine",
+            hint=f"on a CUDA machine: {install_hint('vllm')}; or drop the vllm: prefix to use the built-in engine",
         ) from None
     return VLLMEngine(model, options)
 

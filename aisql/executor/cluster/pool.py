@@ -21,6 +21,7 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
+from aisql.extras import install_hint
 from aisql.engine.model.loader import EngineOptions
 from aisql.errors import AisqlError, ModelError
 from aisql.executor.cluster.worker import WorkerInfo
@@ -425,7 +426,7 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        raise AisqlError("running on several workers needs Ray, which is not installed", hint="pip install 'aisql[ray]'") from None
+        raise AisqlError("running on several workers needs Ray, which is not installed", hint=install_hint("ray")) from None
     return ray
 
 

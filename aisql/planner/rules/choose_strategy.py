@@ -3,8 +3,10 @@
 Prefetch is the default: the distinct inputs are computed once and run as planned batches
 (dedup across the whole input, prefix order, full batches). Streaming — evaluating inside the
 final query one deduplicated batch per vector — wins where DuckDB reads only part of the input:
-a LIMIT without ORDER BY over an AI filter, or a LIMIT over an AI column that nothing sorts or
-groups by. It is also the fallback where a call's rows cannot be derived (outside a SELECT).
+a LIMIT without ORDER BY over an AI filter or column. It is also the fallback where a call's rows cannot be
+derived (outside a SELECT). An AI column under a LIMIT is prefetched for the rows the LIMIT keeps
+(aisql.planner.inputs): streaming it evaluated every row DuckDB projected before its top-N, which
+with ORDER BY was the whole input.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from sqlglot import exp
 
 from aisql.planner.context import PlanningContext
 from aisql.planner.plan import AINode, Clause, Plan, Strategy
-from aisql.planner.scope import find_bound_call
 from aisql.sql.scopes import QueryScopes
 
 
@@ -78,30 +79,4 @@ def _limit_bounds_rows(node: AINode) -> bool:
         e.find(exp.AggFunc) is not None or e.find(exp.Window) is not None for e in select.expressions
     ):
         return False
-    clause = node.location.clause
-    if clause is Clause.WHERE:
-        return select.args.get("order") is None
-    if clause is Clause.SELECT:
-        return not _order_uses_call(select, node.function_name)
-    return False
-
-
-def _order_uses_call(select: exp.Select, function_name: str) -> bool:
-    order = select.args.get("order")
-    if order is None:
-        return False
-    if find_bound_call(order, function_name) is not None:
-        return True
-    using = {}
-    for index, projection in enumerate(select.expressions, start=1):
-        if find_bound_call(projection, function_name) is not None:
-            using[str(index)] = True
-            if projection.alias:
-                using[projection.alias.lower()] = True
-    for key in order.expressions:
-        target = key.this
-        if isinstance(target, exp.Column) and not target.table and target.name.lower() in using:
-            return True
-        if isinstance(target, exp.Literal) and not target.is_string and target.this in using:
-            return True
-    return False
+    return node.location.clause in (Clause.WHERE, Clause.SELECT) and select.args.get("order") is None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from aisql.planner.inputs import build_input_sql
+from aisql.planner.inputs import build_input_sql, build_node_input
 from aisql.planner.context import PlanningContext
 from aisql.planner.plan import Plan, Strategy
 from aisql.planner.scope import find_bound_call
@@ -30,7 +30,7 @@ def derive_inputs(plan: Plan, context: PlanningContext) -> Plan:
     available: set[str] = set()
     nodes = []
     for node in plan.nodes:
-        input_sql, _ = build_input_sql(node, available, all_names)
+        input_sql, _, limited = build_node_input(node, available, all_names)
         estimate_sql = node.estimate_sql
         # The estimate over-counts only if it dropped an AI filter that the run applies.
         upper_bound = node.estimate_is_upper_bound and (input_sql is None or estimate_sql != input_sql)
@@ -47,6 +47,7 @@ def derive_inputs(plan: Plan, context: PlanningContext) -> Plan:
             dataclasses.replace(
                 node,
                 input_sql=input_sql if node.strategy is Strategy.PREFETCH else None,
+                input_limited=limited and node.strategy is Strategy.PREFETCH,
                 estimate_is_upper_bound=upper_bound,
                 depends_on=depends,
             )

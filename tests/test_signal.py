@@ -1,0 +1,75 @@
+"""How sure AI.IF's answers are: P(Yes) kept with each answer, the run summary's yes-rate and
+near-coin-toss count, and `{'min_confidence': x}` for a threshold of the user's."""
+
+from __future__ import annotations
+
+import pytest
+
+from aisql.errors import AisqlError
+from aisql.executor.answer_store import Answer
+from aisql.executor.cache import _decode, _encode
+from aisql.executor.run_stats import NodeStats, RunStats
+from aisql.output import signal_lines
+
+ASK = "SELECT id, AI.IF(PROMPT('Is this review positive? {{review}}'){options}) AS yes FROM reviews ORDER BY id"
+
+
+def answers(con, options: str = "", **run) -> dict[int, bool]:
+    result = con.run(ASK.format(options=options), **run)
+    return dict(zip(result.table.column("id").to_pylist(), result.table.column("yes").to_pylist())), result
+
+
+def test_summary_counts_yes_and_near_coin_toss_answers(make_connection):
+    con = make_connection()
+    said, result = answers(con)
+    (node,) = result.stats.nodes
+    assert node.answers_scored == node.prompts_unique == 12  # every distinct prompt's P(Yes) is known
+    yes_rows = con.duckdb.execute("SELECT count(DISTINCT review) FROM reviews WHERE id IN (SELECT unnest(?))", [[i for i, y in said.items() if y]]).fetchall()[0][0]
+    assert node.answers_yes == yes_rows  # distinct prompts answered Yes
+    assert 0 <= node.answers_near_boundary <= 12
+    line, worrying = signal_lines(result.stats)[0]
+    assert f"Yes for {node.answers_yes / 12:.0%} of 12 distinct prompts" in line and not worrying
+    assert result.stats.to_dict()["nodes"][0]["answers_near_boundary"] == node.answers_near_boundary
+
+
+def test_min_confidence_is_a_threshold_on_p_yes_and_planned_equals_naive(make_connection):
+    con = make_connection()
+    default, _ = answers(con)
+    strict, strict_result = answers(con, ", {'min_confidence': 0.9}")
+    loose, _ = answers(con, ", {'min_confidence': 0.1}")
+    assert {i for i, y in strict.items() if y} <= {i for i, y in default.items() if y} <= {i for i, y in loose.items() if y}
+    assert strict_result.stats.nodes[0].function.endswith("{'min_confidence': 0.9})")
+    naive, _ = answers(con, ", {'min_confidence': 0.9}", naive=True)
+    assert naive == strict
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        ("AI.IF(PROMPT('{review}'), {'min_confidence': 1.5})", "between 0 and 1"),
+        ("AI.IF(PROMPT('{review}'), {'min_confidence': 'high'})", "between 0 and 1"),
+        ("AI.CLASSIFY(PROMPT('{review}'), ['a', 'b'], {'min_confidence': 0.8})", "is AI.IF's"),
+    ],
+)
+def test_min_confidence_errors_name_the_problem(make_connection, call, message):
+    con = make_connection()
+    with pytest.raises(AisqlError, match=message):
+        con.run(f"SELECT {call} FROM reviews")
+
+
+def test_p_yes_is_kept_in_the_result_cache_and_older_entries_still_read():
+    answer = Answer(True, 12, score=0.7, p_yes=0.91)
+    assert _decode(_encode(answer)) == answer
+    assert _decode('{"v": true, "c": 12, "s": 0.7}') == Answer(True, 12, score=0.7)  # cached before p_yes was kept
+    assert _decode('{"v": true, "c": 12, "s": 0.7, "p": 1.5}') is None  # not a probability: asked again
+
+
+def test_answers_near_chance_or_all_one_side_are_said():
+    def stats(scored, yes, near):
+        node = NodeStats(node="ai_1", function="AI.IF(...)", strategy="prefetch", answers_scored=scored, answers_yes=yes, answers_near_boundary=near)
+        return RunStats(model="m", model_note=None, mode="planned", nodes=[node])
+
+    assert [w for _, w in signal_lines(stats(100, 60, 10))] == [False]
+    assert "close to chance" in signal_lines(stats(100, 60, 40))[1][0]
+    assert "answered Yes to all 50 prompts" in signal_lines(stats(50, 50, 0))[1][0]
+    assert len(signal_lines(stats(5, 5, 0))) == 1  # too few to say
