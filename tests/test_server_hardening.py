@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 
@@ -101,10 +100,20 @@ def test_a_prompt_far_over_the_context_is_refused_without_tokenizing(engine):
     limits = RequestLimits(max_body_bytes=64 << 20)
     with BackgroundServer(engine, MODEL, limits=limits) as server:
         huge = "word " * 4_000_000  # 20 MB of text: over the context by characters alone
-        started = time.perf_counter()
-        code, answer = post(server, "/v1/completions", json.dumps({"model": MODEL, "prompt": huge}).encode())
+        tokenized: list[int] = []
+        real = server.api.tokenizer
+
+        def counting(text, *args, **kwargs):
+            tokenized.append(len(text))
+            return real(text, *args, **kwargs)
+
+        server.api.tokenizer = counting  # work counted, not wall time: the check holds on a busy machine
+        try:
+            code, answer = post(server, "/v1/completions", json.dumps({"model": MODEL, "prompt": huge}).encode())
+        finally:
+            server.api.tokenizer = real
         assert code == 400 and "maximum context length" in answer["error"]["message"]
-        assert time.perf_counter() - started < 20
+        assert all(length < len(huge) for length in tokenized)  # the 20 MB prompt never reached the tokenizer
 
 
 def test_an_engine_failure_fails_only_the_requests_of_its_step(server, monkeypatch):
@@ -133,10 +142,10 @@ def test_idle_and_slow_connections_do_not_take_the_server_down(server):
     idle = []
     for _ in range(200):
         try:
-            idle.append(socket.create_connection((host, port), timeout=5))
+            idle.append(socket.create_connection((host, port), timeout=60))
         except OSError:
             break
-    slow = socket.create_connection((host, port), timeout=5)
+    slow = socket.create_connection((host, port), timeout=60)
     slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # headers never finished
     results = []
 
@@ -146,16 +155,21 @@ def test_idle_and_slow_connections_do_not_take_the_server_down(server):
         except Exception:  # noqa: BLE001 - counted as a failure
             results.append(False)
 
-    time.sleep(1.5)  # past the read timeout: the idle connections are closed
+    for sock in idle:  # the event, not a wait of 1.5 s: every idle connection closed by the server
+        sock.settimeout(300)
+        try:
+            assert sock.recv(1) == b""
+        except ConnectionResetError:
+            pass
     threads = [threading.Thread(target=client) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
     assert results == [True] * 8
-    with urllib.request.urlopen(server.base_url + "/health", timeout=10) as response:
+    with urllib.request.urlopen(server.base_url + "/health", timeout=300) as response:
         assert response.status == 200
-    slow.settimeout(5)
+    slow.settimeout(300)
     try:
         assert slow.recv(1024) == b"", "the slow client's connection was closed"
     except ConnectionResetError:
