@@ -3,7 +3,7 @@
     python benchmarks/phrasing.py [--model smollm2|qwen-0.5b|qwen-1.5b] [--reviews 200]
 
 A seeded sample of SemBench movie reviews (their `scoreSentiment` labels), asked "is it
-positive?" in four phrasings through the product path (`aisql.connect(...).run`): question
+positive?" in five phrasings through the product path (`aisql.connect(...).run`): question
 first, data first with the question after, data first under a "Question:" line, and BigQuery's
 SemBench wording. Per phrasing: accuracy, precision, recall, the yes-rate against the labels'
 positive rate, and the share of answers near a coin toss (P(Yes) 0.4-0.6, the run summary's
@@ -28,6 +28,7 @@ DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "semb
 
 PHRASINGS = {
     "question first": "Is this movie review positive? {reviewText}",
+    "question first, 'the following'": "Is the following movie review positive? {reviewText}",
     "data first, question after": "{reviewText} Is this movie review positive?",
     "data first, 'Question:' line": "Review: {reviewText}\nQuestion: Is this review positive?",
     "BigQuery's SemBench wording": "Determine if the following movie review is clearly positive, review: {reviewText}",

@@ -1,10 +1,11 @@
 """The README runs as written: every ```sh and ```python block is executed, unless the line before
 it is a `<!-- readme-test: skip (reason) -->` comment (set-up commands, which .ci/run runs; a
-server that runs until stopped). A `<!-- readme-test: client ... -->` block runs against a server
-this test starts (tiny, on a free loopback port).
+Ray cluster). The `<!-- readme-test: server -->` block is started as written (its --port made a
+free one) and the `<!-- readme-test: client -->` block runs against it.
 
-Shell blocks run line by line in a scratch directory holding `query.sql` (the main example),
-its `data/` and `people.csv`, with the tiny model as the default ($AISQL_MODEL) and one result
+Shell blocks run line by line from a copy of the repository root's `examples/` (so the commands'
+paths are the repository's, and what they write stays out of the checkout), with the tiny model
+as the default ($AISQL_MODEL: the commands that name a model get that model) and one result
 cache for the whole README; Python blocks run from the repository root.
 """
 
@@ -13,8 +14,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -36,9 +40,7 @@ def blocks() -> list[tuple[str, str, str, int]]:
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory):
     directory = tmp_path_factory.mktemp("readme")
-    shutil.copy(ROOT / "examples" / "hot_leads.sql", directory / "query.sql")
-    shutil.copytree(ROOT / "examples" / "data", directory / "data")
-    shutil.copy(ROOT / "examples" / "data" / "customers.csv", directory / "people.csv")
+    shutil.copytree(ROOT / "examples", directory / "examples", ignore=shutil.ignore_patterns("target", "logs", "*.duckdb", "__pycache__"))
     env = dict(os.environ, AISQL_MODEL="tiny", AISQL_CACHE_DIR=str(directory / "cache"))
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     return directory, env
@@ -48,7 +50,7 @@ def test_every_block_is_run_or_says_why_not():
     found = blocks()
     assert len(found) >= 7
     for tag, _, _, line in found:
-        assert tag in ("run", "skip", "client"), f"README line {line}: unknown readme-test tag {tag!r}"
+        assert tag in ("run", "skip", "server", "client"), f"README line {line}: unknown readme-test tag {tag!r}"
 
 
 @pytest.mark.parametrize("tag, lang, body, line", [b for b in blocks() if b[0] == "run" and b[1] == "sh"], ids=lambda v: str(v) if isinstance(v, int) else None)
@@ -67,13 +69,38 @@ def test_python_block(scratch, tag, lang, body, line):
     assert done.returncode == 0, f"README line {line}\n{done.stderr[-2000:]}"
 
 
-def test_client_block_against_a_served_model(scratch, tiny_engine):
-    from aisql.serve.background import BackgroundServer
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
+
+def test_client_block_against_the_served_model(scratch):
+    """`aisql serve` as the README writes it (the model it names, offline), and the client block."""
+    (server,) = [b for b in blocks() if b[0] == "server"]
     (client,) = [b for b in blocks() if b[0] == "client"]
-    _, env = scratch
-    with BackgroundServer(tiny_engine, "Qwen/Qwen3-0.6B") as server:  # the name the README's client asks for
-        body = client[2].replace("http://127.0.0.1:8000", server.base_url)
-        done = subprocess.run([sys.executable, "-c", body], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    command = server[2].split("#")[0].strip()
+    port = free_port()
+    directory, env = scratch
+    process = subprocess.Popen(
+        ["bash", "-c", "exec " + command.replace("--port 8000", f"--port {port}")],
+        cwd=directory, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 600  # a hang guard: the first use converts the model (~30 s)
+        while True:
+            assert process.poll() is None, process.stderr.read()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                assert time.monotonic() < deadline, "aisql serve did not come up"
+                time.sleep(0.2)
+        body = client[2].replace("http://127.0.0.1:8000", f"http://127.0.0.1:{port}")
+        done = subprocess.run([sys.executable, "-c", body], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        process.terminate()
+        process.wait(timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip()
