@@ -54,7 +54,7 @@ def test_dbt_run_builds_the_example_and_reuses_the_result_cache(tiny_engine, tmp
     # the same answers as aisql's own planned run of the same question
     con = aisql.connect(engine=tiny_engine, cache=False)
     planned = con.sql(
-        f"SELECT id FROM read_csv_auto('{EXAMPLES / 'data' / 'reviews.csv'}') WHERE AI.IF(PROMPT('Is this review positive? {{review}}')) ORDER BY id"
+        f"SELECT id FROM read_csv_auto('{EXAMPLES / 'data' / 'reviews.csv'}') WHERE AI.IF(PROMPT('Is the following review positive? {{review}}')) ORDER BY id"
     ).fetchall()
     con.close()
     assert positive == planned
