@@ -75,11 +75,23 @@ def kept_message(store) -> str:
     return f"{kept:,} answers kept in the result cache ({path}); rerun to resume (only the rest is asked)"
 
 
-def report_interrupt(store, stop: KeyboardInterrupt) -> int:
+def is_interrupt(err: BaseException) -> bool:
+    """Ctrl-C as it may arrive: Python's KeyboardInterrupt, or DuckDB's own report of it when the
+    signal came while DuckDB was running a query (it stops the query and raises an error, or
+    wraps the KeyboardInterrupt raised inside one of aisql's functions)."""
+    if isinstance(err, KeyboardInterrupt):
+        return True
+    text = err.message if isinstance(err, AisqlError) else str(err)
+    if type(err).__name__ == "InterruptException":
+        return True
+    return isinstance(err, (RuntimeError, AisqlError)) and any(word in text for word in ("Query interrupted", "KeyboardInterrupt", "Terminated"))
+
+
+def report_interrupt(store, stop: BaseException) -> int:
     """Say what was kept; the exit code of a run stopped by SIGINT (130) or SIGTERM (143)."""
-    what = "terminated" if isinstance(stop, Terminated) else "interrupted"
-    stderr.print(f"[bold red]{what}:[/bold red] {_escape(kept_message(store))}")
-    return 143 if isinstance(stop, Terminated) else 130
+    terminated = isinstance(stop, Terminated) or (not isinstance(stop, KeyboardInterrupt) and "Terminated" in str(stop))
+    stderr.print(f"[bold red]{'terminated' if terminated else 'interrupted'}:[/bold red] {_escape(kept_message(store))}")
+    return 143 if terminated else 130
 
 
 def report_error(err: AisqlError) -> None:
@@ -405,7 +417,9 @@ def run(
                 progress=progress,
                 approximate=approximate or None,
             )
-    except KeyboardInterrupt as stop:
+    except (KeyboardInterrupt, Exception) as stop:
+        if not is_interrupt(stop):
+            raise
         if progress is not None:
             progress.close()
         sys.exit(report_interrupt(con.store, stop))

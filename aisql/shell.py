@@ -201,14 +201,17 @@ def run_shell(con, run_one: Callable[[str], None], stream: TextIO = sys.stdin, d
         newlines = statement.count("\n")
         start[0] += newlines
         start[1] = len(statement) - statement.rfind("\n") - 1 if newlines else start[1] + len(statement)
+        from aisql.cli import is_interrupt, kept_message
+
         try:
             run_one(statement)
-        except AisqlError as err:
-            report(err, at)
-        except KeyboardInterrupt:
-            from aisql.cli import kept_message
-
-            print(f"interrupted: {kept_message(getattr(con, 'store', None))}", file=sys.stderr)
+        except (KeyboardInterrupt, Exception) as err:
+            if is_interrupt(err):
+                print(f"interrupted: {kept_message(getattr(con, 'store', None))}", file=sys.stderr)
+            elif isinstance(err, AisqlError):
+                report(err, at)
+            else:
+                raise
 
     def restart() -> None:
         splitter.reset()

@@ -213,7 +213,7 @@ def test_parse_size(text, size):
 
 
 def test_explain_costs_on_a_hardware_profile():
-    result = run_cli("explain", HOT_LEADS, "--hardware", "h100", "--price-per-hour", "4", "--format", "json")
+    result = run_cli("explain", HOT_LEADS, "--hardware", "h100", "--price-per-hour", "4", "--format", "json", "--no-cache")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["hardware"]["name"] == "h100" and data["hardware"]["price_per_hour"] == 4
@@ -221,5 +221,5 @@ def test_explain_costs_on_a_hardware_profile():
     assert totals["naive"]["tokens"] > totals["plan"]["tokens"] > 0
     assert totals["naive"]["flops"] > totals["plan"]["flops"] > 0
     assert totals["naive"]["usd"] > totals["plan"]["usd"] > 0
-    text = run_cli("explain", HOT_LEADS, "--hardware", "h200")
+    text = run_cli("explain", HOT_LEADS, "--hardware", "h200", "--no-cache")
     assert "tokens naive" in text.stdout and "FLOPs" in text.stdout and "$" in text.stdout

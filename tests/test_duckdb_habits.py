@@ -141,7 +141,7 @@ def test_shell_is_one_session(tmp_path):
     done = aisql_cmd("shell", "--model", "tiny", "--format", "csv", "--no-cache", stdin=script)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("x,ok") == 2
-    first, second = [line for line in done.stderr.splitlines() if "prompts" in line]
+    first, second = [line for line in done.stderr.splitlines() if "evaluated" in line]
     assert "2 evaluated" in first and "0 evaluated" in second  # the same session: its model and answers
 
 

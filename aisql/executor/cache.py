@@ -165,12 +165,14 @@ class SqliteAnswerStore:
                     if replacing:
                         self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?)", replacing)
                     self._db.execute("COMMIT")
-                    self.committed += len(rows)
                     self._unreadable.difference_update(row[0] for row in replacing)
                 except BaseException:
                     if self._db.in_transaction:
                         self._db.execute("ROLLBACK")
+                    else:  # Ctrl-C landed after the COMMIT: the answers are kept, and counted
+                        self.committed += len(rows)
                     raise
+                self.committed += len(rows)
             except sqlite3.Error as err:  # disk full, read-only file, lock held for over a minute
                 raise CacheError(
                     f"cannot write {len(rows)} answers to the result cache {self.path}: {err}",
