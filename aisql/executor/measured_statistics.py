@@ -109,6 +109,8 @@ class MeasuredStatistics:
             what = f"table {missing.group(1)}" if missing else "a table"
             self._why_unknown[node.id] = f"its input reads {what}, which an earlier statement of the script creates: run it to measure"
             return None
+        except duckdb.InterruptException:  # Ctrl-C while DuckDB ran it: a stop, never a fallback
+            raise KeyboardInterrupt from None
         except duckdb.Error as err:
             self._why_unknown[node.id] = f"its input cannot be counted without running the script ({str(err).splitlines()[0]})"
             return None
@@ -133,6 +135,8 @@ class MeasuredStatistics:
         )
         try:
             return [int(row[0]) for row in self.con.execute(sql).fetchall()]
+        except duckdb.InterruptException:  # Ctrl-C while DuckDB ran it: a stop, never a fallback
+            raise KeyboardInterrupt from None
         except duckdb.Error:
             return None
 
@@ -146,6 +150,8 @@ class MeasuredStatistics:
             rows = self.con.execute(
                 f"SELECT {ARG_PREFIX}0, json_array_length({ARG_PREFIX}0) FROM {source} WHERE {ARG_PREFIX}0 IS NOT NULL"
             ).fetchall()
+        except duckdb.InterruptException:  # Ctrl-C while DuckDB ran it: a stop, never a fallback
+            raise KeyboardInterrupt from None
         except duckdb.Error:
             return None
         texts = [r[0] for r in rows]
@@ -177,6 +183,8 @@ class MeasuredStatistics:
         try:
             unique = self.con.execute(f"SELECT count(DISTINCT v) FROM ({texts})").fetchall()[0][0]
             sample = [r[0] for r in self.con.execute(f"SELECT DISTINCT v FROM ({texts}) ORDER BY hash(v) LIMIT {TOKEN_SAMPLE}").fetchall()]
+        except duckdb.InterruptException:  # Ctrl-C while DuckDB ran it: a stop, never a fallback
+            raise KeyboardInterrupt from None
         except duckdb.Error:
             return None
         return TextsProfile(int(total), int(unique), self._embedding_tokens(sample))
@@ -211,6 +219,8 @@ class MeasuredStatistics:
                     value = self.con.execute(
                         f"SELECT count(*) FROM (SELECT DISTINCT {', '.join(columns)} FROM ({node.estimate_sql}) AS q)"
                     ).fetchall()[0][0]
+                except duckdb.InterruptException:  # Ctrl-C while DuckDB ran it: a stop, never a fallback
+                    raise KeyboardInterrupt from None
                 except duckdb.Error:
                     value = None
             self._distinct[key] = value
@@ -349,6 +359,8 @@ class MeasuredStatistics:
             )
             try:
                 rows = self.con.execute(sql).fetchall()
+            except duckdb.InterruptException:  # Ctrl-C while DuckDB ran it: a stop, never a fallback
+                raise KeyboardInterrupt from None
             except duckdb.Error:
                 return None
             if not below or len(rows) >= size:

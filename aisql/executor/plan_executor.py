@@ -111,6 +111,8 @@ class Executor:
             if errors.first is not None:
                 raise errors.first from None
             runtime.stream_instead(f"input rows not derivable ({str(err).splitlines()[0]})")
+        except duckdb.InterruptException:  # Ctrl-C while DuckDB ran it: a stop, never a fallback
+            raise KeyboardInterrupt from None
         except duckdb.Error as err:
             if errors.first is not None:
                 raise errors.first from None
@@ -136,6 +138,8 @@ class Executor:
     def _duckdb(self, action, bound: BoundStatement, source: SourceText, errors: bound_calls.UdfErrors | None = None):
         try:
             return action()
+        except duckdb.InterruptException:  # Ctrl-C while DuckDB ran it: a stop, never a fallback
+            raise KeyboardInterrupt from None
         except duckdb.Error as err:
             if errors is not None and errors.first is not None:
                 raise errors.first from None
