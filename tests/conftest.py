@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -11,8 +13,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
-# Every test process uses its own cache dir (built models, later the result cache), never the user's.
-os.environ.setdefault("AISQL_CACHE_DIR", tempfile.mkdtemp(prefix="aisql-test-cache-"))
+# Every test process uses its own cache dir (built models, later the result cache), never the user's,
+# and removes it at exit: a converted model is 0.5-2.5 GB, and a cache dir left behind by every run
+# once filled CI's disk.
+if "AISQL_CACHE_DIR" not in os.environ:
+    _test_cache_dir = tempfile.mkdtemp(prefix="aisql-test-cache-")
+    os.environ["AISQL_CACHE_DIR"] = _test_cache_dir
+    atexit.register(shutil.rmtree, _test_cache_dir, ignore_errors=True)
 # Tests that name no model run the offline test model; the default chain has its own tests
 # (tests/test_loader.py), and the real model its own (tests/test_real_model.py).
 os.environ["AISQL_MODEL"] = "tiny"

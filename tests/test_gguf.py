@@ -78,3 +78,14 @@ def test_too_large_for_free_memory_is_refused_before_dequantizing(tmp_path, tiny
     monkeypatch.setattr(gguf, "available_host_memory", lambda: 1000)
     with pytest.raises(ModelError, match="converting it needs about"):
         load_engine(str(copy))
+
+
+def test_too_large_for_free_disk_is_refused_before_dequantizing(tmp_path, tiny_gguf, monkeypatch):
+    from aisql.engine.model import gguf
+
+    copy = tmp_path / "big-on-disk.gguf"
+    copy.write_bytes(tiny_gguf.read_bytes() + b"\0\0")  # another file: not converted yet
+    monkeypatch.setattr(gguf, "free_disk_bytes", lambda directory: 1000)
+    with pytest.raises(ModelError, match="converted model needs about .* of disk in"):
+        load_engine(str(copy))
+    assert not gguf.converted_directory(copy).exists()

@@ -18,6 +18,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -133,4 +134,21 @@ def _check_convertible(path: Path) -> int:
             f"{free / 1e9:.0f} GB are free",
             hint="use a smaller model, or run on a machine with more memory",
         )
+    on_disk = parameters * 4 + 64 * 2**20  # float32 weights, tokenizer and config
+    free_disk = free_disk_bytes(cache_root())
+    if on_disk > free_disk:
+        raise ModelError(
+            f"{path.name}: its converted model needs about {_size(on_disk)} of disk in {cache_root()}, "
+            f"{_size(free_disk)} are free",
+            hint="free disk space, or set AISQL_CACHE_DIR to a disk with room",
+        )
     return need
+
+
+def free_disk_bytes(directory: Path) -> int:
+    """Free bytes on the disk that holds `directory` (or its nearest existing parent): checked
+    before a conversion writes gigabytes, so a full disk is one line, not a serializer's traceback."""
+    probe = Path(directory)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
