@@ -370,12 +370,13 @@ def _apply(options):
 @click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Spread the AI work over N engine workers on Ray (a local runtime unless --cluster or $RAY_ADDRESS; needs the ray extra: pip install -e '.[ray]').")
 @click.option("--cluster", metavar="ADDRESS", help="Run the workers on this Ray cluster (ray://HOST:PORT); default: one worker per GPU.")
 @click.option("--approximate", is_flag=True, help="Approximate mode for every AI.IF: a proxy answers the rows it is sure of (recall and precision >= 0.9 vs the LLM, with probability >= 0.95); outputs say so.")
+@click.option("--proxy-model", metavar="MODEL", help="Approximate mode's proxy (implies --approximate): a smaller LLM (any --model form, e.g. smollm2) or 'embeddings'; default: a smaller LLM when --model has >= 4x its parameters, else the embedding model.")
 @_embed_model
 @_handle_errors
 def run(
     query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
     output, output_all, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
-    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, workers, cluster, approximate, embed_model,
+    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, workers, cluster, approximate, proxy_model, embed_model,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
     from aisql.output import ResultPrinter
@@ -415,7 +416,7 @@ def run(
                 on_overflow=on_overflow,
                 checkpoint_every=checkpoint_every,
                 progress=progress,
-                approximate=approximate or None,
+                approximate={"proxy": proxy_model} if proxy_model else (approximate or None),
             )
     except (KeyboardInterrupt, Exception) as stop:
         if not is_interrupt(stop):

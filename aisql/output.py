@@ -306,7 +306,8 @@ def approximate_note(stats) -> str | None:
             parts.append(f"{node.node} evaluated exactly (approximate mode fell back: {report['fallback_to_exact']})")
             continue
         parts.append(
-            f"APPROXIMATE {node.node}: {report['proxy_answered']:,} of {report['rows']:,} prompts answered by the proxy, "
+            f"APPROXIMATE {node.node}: {report['proxy_answered']:,} of {report['rows']:,} prompts answered by the proxy"
+            f"{' (' + report['proxy'] + ')' if report.get('proxy') else ''}, "
             f"{report['llm_answered']:,} by the LLM (targets vs the LLM: recall >= {targets['recall']:g}, precision >= "
             f"{targets['precision']:g}, probability >= {1 - targets['delta']:g}; sample estimates: recall "
             f"{report['estimated_recall']}, precision {report['estimated_precision']})"

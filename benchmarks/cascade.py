@@ -3,6 +3,12 @@ the recall/precision promise holds — over many seeds, against the LLM's own an
 human labels.
 
     python benchmarks/cascade.py [--model smollm2] [--seeds 100] [--only sembench,beer,...]
+    python benchmarks/cascade.py --model qwen-1.5b --proxy smollm2 --rows 600 --samplings progressive,uniform,importance,embeddings
+
+With `--proxy`, the cascade's proxy is that LLM (its one-pass P(yes)): the cold approximate run
+pays for the proxy's pass over every row too, and the seeds are run once per `--samplings` entry
+(`embeddings`: the embedding-model proxy of before, for comparison). `--rows` takes a seeded
+slice of a predicate's rows (the same slice for every run), for oracles too slow for the whole.
 
 SemBench movie: the sentiment predicate over all 2,000 reviews (no LIMIT). GGR: the AI.IF tasks
 (100 rows each: the sample is the whole input, so the cascade falls back to exact — shown).
@@ -71,7 +77,25 @@ def scores(answers: dict, truth: dict) -> tuple[float, float]:
     return (tp / positives if positives else 1.0), (tp / predicted if predicted else 1.0)
 
 
-def run_predicate(name: str, spec: dict, model: str, seeds: int, scratch: Path) -> dict:
+def slice_rows(spec: dict, rows: int | None) -> dict:
+    """A seeded slice of `rows` rows (ids hashed, so the slice does not depend on file order)."""
+    if not rows or rows >= spec["table"].num_rows:
+        return spec
+    import hashlib
+
+    import pyarrow as pa
+
+    ids = spec["table"].column(spec["id"]).to_pylist()
+    chosen = sorted(range(len(ids)), key=lambda i: hashlib.sha256(f"slice\x1f{ids[i]}".encode()).digest())[:rows]
+    return dict(spec, table=spec["table"].take(pa.array(sorted(chosen))))
+
+
+def option_text(targets: dict, **extra) -> str:
+    items = {**targets, **extra}
+    return ", {" + ", ".join(f"'{k}': {v!r}" if isinstance(v, str) else f"'{k}': {v}" for k, v in items.items()) + "}"
+
+
+def run_predicate(name: str, spec: dict, model: str, seeds: int, scratch: Path, proxy: str | None = None, samplings=("auto",)) -> dict:
     def connect(cache: Path) -> aisql.Connection:
         con = aisql.connect(model=model, cache=cache)
         con.register("data", spec["table"])
@@ -84,24 +108,42 @@ def run_predicate(name: str, spec: dict, model: str, seeds: int, scratch: Path) 
     llm = {r["id"]: bool(r["answer"]) for r in exact.table.to_pylist() if r["answer"] is not None}
     record = {
         "rows": len(llm),
-        "exact": {"wall_s": round(exact_wall, 2), "llm_calls": exact.stats.totals()["prompts_evaluated"]},
+        "exact": {"wall_s": round(exact_wall, 2), "llm_calls": exact.stats.totals()["prompts_evaluated"], "model": exact.stats.model, "numerics": exact.stats.numerics},
         "llm_vs_labels": dict(zip(("recall", "precision"), (round(x, 4) for x in scores(llm, spec["labels"])))),
     }
+    extra = {"proxy": proxy} if proxy else {}
     cold_con = connect(scratch / f"{name}_approximate.sqlite")
-    options = ", {" + ", ".join(f"'{k}': {v}" for k, v in TARGETS.items()) + "}"
     started = time.perf_counter()
-    cold = cold_con.run(query(spec, options))
+    cold = cold_con.run(query(spec, option_text(TARGETS, **extra)))
     report = cold.stats.nodes[0].approximate
+    cold_answers = {r["id"]: bool(r["answer"]) for r in cold.table.to_pylist() if r["answer"] is not None}
     record["approximate_cold"] = {
         "wall_s": round(time.perf_counter() - started, 2),
+        "wall_vs_exact": round((time.perf_counter() - started) / exact_wall, 3),
         "llm_calls": cold.stats.totals()["prompts_evaluated"],
         "fallback": report["fallback_to_exact"],
         "proxy_answered": report["proxy_answered"],
+        "report": report,
+        "vs_llm": dict(zip(("recall", "precision"), (round(x, 4) for x in scores(cold_answers, llm)))),
+        "vs_labels": dict(zip(("recall", "precision"), (round(x, 4) for x in scores(cold_answers, spec["labels"])))),
     }
+    record["seeds"] = {}
+    for sampling in samplings:
+        how = {"proxy": "embeddings"} if sampling == "embeddings" else dict(extra, **({"sampling": sampling} if sampling != "auto" else {}))
+        record["seeds"][sampling] = seed_runs(exact_con, spec, llm, seeds, how)
+        print(name, sampling, json.dumps({k: v for k, v in record["seeds"][sampling].items() if k != "runs"}), flush=True)
+    exact_con.close()
+    cold_con.close()
+    return record
+
+
+def seed_runs(con: aisql.Connection, spec: dict, llm: dict, seeds: int, how: dict) -> dict:
+    """`seeds` approximate runs on the exact run's cache: what a cold run with each seed decides."""
+    from scipy.stats import binom
+
     runs = []
     for seed in range(seeds):
-        seeded = options[:-1] + f", 'seed': {seed}}}"
-        result = exact_con.run(query(spec, seeded))
+        result = con.run(query(spec, option_text(TARGETS, **how, seed=seed)))
         report = result.stats.nodes[0].approximate
         answers = {r["id"]: bool(r["answer"]) for r in result.table.to_pylist() if r["answer"] is not None}
         recall, precision = scores(answers, llm)
@@ -111,6 +153,7 @@ def run_predicate(name: str, spec: dict, model: str, seeds: int, scratch: Path) 
                 "seed": seed,
                 "llm_calls": report["llm_answered"],
                 "fallback": bool(report["fallback_to_exact"]),
+                "stages_used": report.get("stages_used"),
                 "recall_vs_llm": recall,
                 "precision_vs_llm": precision,
                 "recall_vs_labels": human[0],
@@ -118,13 +161,13 @@ def run_predicate(name: str, spec: dict, model: str, seeds: int, scratch: Path) 
             }
         )
     failures = sum(1 for r in runs if r["recall_vs_llm"] < TARGETS["recall"] or r["precision_vs_llm"] < TARGETS["precision"])
-    from scipy.stats import binom
-
-    record["seeds"] = {
+    rows = max(1, len(llm))
+    return {
+        "how": how,
         "count": seeds,
         "fallbacks": sum(r["fallback"] for r in runs),
         "llm_calls_mean": round(sum(r["llm_calls"] for r in runs) / seeds, 1),
-        "llm_call_share_mean": round(sum(r["llm_calls"] for r in runs) / seeds / max(1, record["rows"]), 4),
+        "llm_call_share_mean": round(sum(r["llm_calls"] for r in runs) / seeds / rows, 4),
         "recall_vs_llm_min": round(min(r["recall_vs_llm"] for r in runs), 4),
         "recall_vs_llm_mean": round(sum(r["recall_vs_llm"] for r in runs) / seeds, 4),
         "precision_vs_llm_min": round(min(r["precision_vs_llm"] for r in runs), 4),
@@ -133,11 +176,8 @@ def run_predicate(name: str, spec: dict, model: str, seeds: int, scratch: Path) 
         "precision_vs_labels_mean": round(sum(r["precision_vs_labels"] for r in runs) / seeds, 4),
         "failures": failures,
         "failures_allowed_95": int(binom.ppf(0.95, seeds, TARGETS["delta"])),
+        "runs": runs,
     }
-    record["runs"] = runs
-    exact_con.close()
-    cold_con.close()
-    return record
 
 
 def main() -> None:
@@ -147,17 +187,26 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated predicate names (sembench_sentiment, ggr_beer, ...)")
     parser.add_argument("--targets", default="0.9,0.9,0.05", help="recall,precision,delta")
     parser.add_argument("--out", default=None, help="results file name (default cascade_<model>.json)")
+    parser.add_argument("--proxy", help="the proxy LLM (e.g. smollm2); default: approximate mode's auto choice")
+    parser.add_argument("--samplings", default="auto", help="comma-separated: auto, progressive, uniform, importance, embeddings")
+    parser.add_argument("--rows", type=int, help="a seeded slice of this many rows per predicate")
     args = parser.parse_args()
+    from common import model_argument
+
+    model_name, args.model = args.model, model_argument(args.model)
     TARGETS.update(zip(("recall", "precision", "delta"), (float(x) for x in args.targets.split(","))))
     wanted = set(args.only.split(",")) if args.only else None
-    out = {"model": args.model, "targets": TARGETS, "predicates": {}}
+    out = {"model": model_name, "proxy": args.proxy, "rows": args.rows, "targets": TARGETS, "predicates": {}}
     with tempfile.TemporaryDirectory() as scratch:
         for name, spec in predicates().items():
             if wanted and name not in wanted:
                 continue
-            out["predicates"][name] = record = run_predicate(name, spec, args.model, args.seeds, Path(scratch))
-            print(name, json.dumps({k: v for k, v in record.items() if k != "runs"}), flush=True)
-    (HERE / "results" / (args.out or f"cascade_{args.model}.json")).write_text(json.dumps(out, indent=2) + "\n")
+            spec = slice_rows(spec, args.rows)
+            out["predicates"][name] = record = run_predicate(
+                name, spec, args.model, args.seeds, Path(scratch), args.proxy, tuple(args.samplings.split(","))
+            )
+            print(name, json.dumps({k: v for k, v in record.items() if k != "seeds"}), flush=True)
+            (HERE / "results" / (args.out or f"cascade_{model_name}.json")).write_text(json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

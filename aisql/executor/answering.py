@@ -49,6 +49,7 @@ class RunOptions:
     progress: Progress = field(default_factory=NoProgress)
     approximate: "Targets | None" = None  # approximate mode for every AI.IF of the run (--approximate)
     embeddings: object | None = None  # the embedding model (a ModelSession): the cascade's proxy reads it
+    proxies: object | None = None  # the run's ModelSession: chooses and loads a cascade's proxy LLM
 
     def targets_for(self, call) -> "Targets | None":
         """The approximate-mode targets of a call: its own options, else the run's, else None (exact)."""

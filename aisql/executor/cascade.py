@@ -69,6 +69,7 @@ class CascadeReport:
             "thresholds": list(self.thresholds),
             "estimated_recall": self.estimated_recall,
             "estimated_precision": self.estimated_precision,
+            **self.extra,  # the proxy (name, why, its prompts), the sampling, the stages used
         }
 
 

@@ -69,6 +69,7 @@ def explain_script(
         cache_note=cache_note or ("every answer is in the result cache: no model load, no model time" if all_cached else None),
         measured_load=measured.load if measured else None,
     )
+    explanation.proxies = _proxies(plans, session)
     if workers:
         explanation.shard_plans = _shard_plans(plans, estimates, stats, workers, checkpoint_every)
     return explanation
@@ -116,4 +117,18 @@ def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, chec
                 continue
             groups = estimated_groups(sizes, tokens, est.input_factor)
             out[node.id] = node_plan(groups, workers, checkpoint_every, est.plan.time_s or None)
+    return out
+
+
+def _proxies(plans, session: ModelSession) -> dict[str, str]:
+    """Per AI.IF node in approximate mode: the proxy a run would use, and why (nothing loaded)."""
+    from aisql.planner.approximation import call_targets
+
+    out = {}
+    for plan in plans:
+        for node in plan.nodes:
+            targets = call_targets(node.call.function.approximates, node.call.hints, None)
+            if targets is not None:
+                choice = session.choose_proxy(targets.proxy)
+                out[node.id] = f"{choice.name} ({choice.why})"
     return out

@@ -142,12 +142,16 @@ class NodeRuntime:
 
     def _answer_approximately(self, prompts: PromptSet, targets) -> None:
         """Approximate mode (opt-in): the LLM answers a sample and the rows the proxy is unsure
-        of; the proxy the rest (aisql.executor.cascade). Proxy answers stay in this run."""
+        of; the proxy the rest — a smaller LLM (aisql.executor.score_first) or the embedding
+        model (aisql.executor.cascade). Proxy answers stay in this run."""
         from aisql.executor.cascade import run_cascade
         from aisql.executor.embedding_runtime import vectors_for
 
-        if self.options.embeddings is None:
-            raise AisqlError("approximate mode needs the embedding model, and this run has none")
+        session = self.options.proxies
+        choice = session.choose_proxy(targets.proxy) if session is not None else None
+        if choice is None or choice.spec is None:
+            if self.options.embeddings is None:
+                raise AisqlError("approximate mode needs the embedding model, and this run has none")
         self.stats.prompts_total += sum(prompts.counts.values())
         self.stats.prompts_unique += len(prompts.counts)
         tuple_of = {text: values for values, text in prompts.text_of.items()}
@@ -161,12 +165,23 @@ class NodeRuntime:
             return {text: self.values[tuple_of[text]] for text in texts}
 
         try:
-            answers, report = run_cascade(
-                list(prompts.counts),
-                targets,
-                ask_llm=ask_llm,
-                embed=lambda texts: vectors_for(texts, self.options.embeddings, self.answering),
-            )
+            if choice is not None and choice.spec is not None:
+                from aisql.executor.score_first import run_score_first
+
+                proxy = ProxyScorer(session.proxy_session(choice.spec), self.task, self.node.id, self.call.describe(), self.options)
+                sampling = targets.sampling if targets.sampling != "auto" else DEFAULT_LLM_PROXY_SAMPLING
+                answers, report = run_score_first(list(prompts.counts), targets, ask_llm=ask_llm, proxy_scores=proxy, sampling=sampling)
+                report.extra.update(proxy.report())
+            else:
+                answers, report = run_cascade(
+                    list(prompts.counts),
+                    targets,
+                    ask_llm=ask_llm,
+                    embed=lambda texts: vectors_for(texts, self.options.embeddings, self.answering),
+                )
+                report.extra["proxy"] = "embeddings"
+            if choice is not None:
+                report.extra["proxy_why"] = choice.why
         except AisqlError as err:
             raise self._located(err) from None
         for values, text in prompts.text_of.items():
@@ -223,3 +238,41 @@ class NodeRuntime:
             err.line, err.col = self.call.line, self.call.col
         err.message = f"{self.call.spelling}: {err.message}"
         return err
+
+
+DEFAULT_LLM_PROXY_SAMPLING = "progressive"  # measured best with a proxy LLM (RESULTS §26)
+
+
+class ProxyScorer:
+    """A proxy LLM's P(yes) for prompts of the oracle's AI.IF task, through the proxy's own
+    answering path: its result cache key (its fingerprint), checkpoints and progress line."""
+
+    def __init__(self, session, task: Task, node_id: str, description: str, options) -> None:
+        from aisql.executor.answering import RunOptions
+
+        self.session = session
+        self.task = task
+        self.progress = (f"{node_id}-proxy", f"{description} [proxy {session.model_name()}]")
+        self.answering = session.answering(
+            RunOptions(checkpoint_every=options.checkpoint_every, checkpoint_seconds=options.checkpoint_seconds, progress=options.progress)
+        )
+        self.counts = None
+
+    def __call__(self, texts: list[str]) -> dict[str, float]:
+        known, self.counts = self.answering.answer_texts({t: 1 for t in texts}, self.task, seen=set(), progress=self.progress)
+        return {t: _p_yes(known[t]) for t in texts}
+
+    def report(self) -> dict:
+        counts = self.counts
+        used = self.session.model_used()
+        out = {"proxy": used.name, "proxy_numerics": used.numerics}
+        if counts is not None:
+            out.update(proxy_prompts=counts.prompts_unique, proxy_cached=counts.prompts_cached, proxy_evaluated=counts.prompts_evaluated)
+        return out
+
+
+def _p_yes(answer) -> float:
+    """P(yes) of a proxy answer; an answer cached before P(yes) was kept scores as its value."""
+    if answer.p_yes is not None:
+        return float(answer.p_yes)
+    return 1.0 if answer.value else 0.0

@@ -70,15 +70,15 @@ class RunRequest:
 def approximate_targets(value: bool | dict | None):
     """RunRequest.approximate as cascade Targets (None: exact)."""
     from aisql.functions.arguments import target_problem
-    from aisql.planner.approximation import Targets
+    from aisql.planner.approximation import TARGET_KEYS, Targets
 
     if not value:
         return None
     if value is True:
         return Targets()
-    unknown = set(value) - {"recall", "precision", "delta", "sample", "seed"}
+    unknown = set(value) - set(TARGET_KEYS)
     if unknown:
-        raise AisqlError(f"unknown approximate option {sorted(unknown)[0]!r}", hint="recall, precision, delta, sample, seed")
+        raise AisqlError(f"unknown approximate option {sorted(unknown)[0]!r}", hint=", ".join(TARGET_KEYS))
     for key, given in value.items():
         problem = target_problem(key, given)
         if problem:
@@ -115,6 +115,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         progress=request.progress or NoProgress(),
         approximate=None if request.naive else approximate_targets(request.approximate),
         embeddings=session,
+        proxies=session,
     )
     answering = session.answering(options)
     executor = Executor(con, answering, naive=request.naive, embeddings=session)

@@ -74,6 +74,7 @@ class ModelSession:
         self._embedder = None
         self.cluster = cluster
         self._pool = None
+        self._proxy_sessions: dict[str, ModelSession] = {}  # approximate mode's proxy LLMs, by spec
 
     @classmethod
     def from_options(cls, model: str | None = None, **options) -> ModelSession:
@@ -219,6 +220,27 @@ class ModelSession:
         if self._fingerprint is not None or self._engine is not None or self.cluster is not None:
             return self.fingerprint()
         return self.resolved_model.fingerprint(self.engine_options, measure=False)
+
+    # ---- approximate mode's proxy LLM ----------------------------------------------------------
+    def choose_proxy(self, requested: str):
+        """Which proxy a cascade uses for `requested` ("auto", "embeddings", a model spec), and why."""
+        from aisql.errors import AisqlError
+        from aisql.executor.proxy_choice import choose_proxy
+
+        def oracle_params() -> int | None:
+            try:
+                return self.facts().profile.params
+            except AisqlError:
+                return None
+
+        return choose_proxy(requested, self.model_name(), oracle_params)
+
+    def proxy_session(self, spec: str) -> "ModelSession":
+        """A session for the proxy LLM: its own engine and fingerprint, this session's result
+        cache (the proxy's answers are kept under its own key, never the oracle's) and options."""
+        if spec not in self._proxy_sessions:
+            self._proxy_sessions[spec] = ModelSession(spec, engine_options=self.engine_options, store=self.store, warn=self._warn_to)
+        return self._proxy_sessions[spec]
 
     # ---- the embedding model: resolved from files, loaded on first need ---------------------
     def embedding_model(self):

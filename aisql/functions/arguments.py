@@ -15,8 +15,8 @@ from sqlglot import exp
 from aisql.errors import BindError
 
 MAX_MAX_TOKENS = 8192
-HINT_KEYS = {"selectivity", "anchor", "recall", "precision", "delta", "sample", "seed", "min_confidence"}
-APPROXIMATE_KEYS = ("recall", "precision", "delta", "sample", "seed")  # approximate mode's targets (AI.IF)
+HINT_KEYS = {"selectivity", "anchor", "recall", "precision", "delta", "sample", "seed", "min_confidence", "proxy", "sampling"}
+APPROXIMATE_KEYS = ("recall", "precision", "delta", "sample", "seed", "proxy", "sampling")  # approximate mode's options (AI.IF)
 
 
 def literal_value(node: exp.Expression) -> Any:
@@ -107,6 +107,7 @@ def read_hints(spelling: str, node: exp.Expression) -> dict[str, Any]:
     return hints
 
 
+SAMPLINGS = ("auto", "progressive", "uniform", "importance")  # how the oracle's sample is drawn (aisql.executor.score_first)
 SEED_MAX = 2**32 - 1  # the proxy's trainer (scikit-learn's random_state) takes seeds up to this
 
 
@@ -122,6 +123,12 @@ def target_problem(key: str, value: Any) -> str | None:
     elif key == "seed":
         if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= SEED_MAX):
             return f"'seed' must be a whole number from 0 to {SEED_MAX} (2^32-1), got {value!r}"
+    elif key == "proxy":
+        if not (isinstance(value, str) and value.strip()):
+            return f"'proxy' must be a model name in quotes ('smollm2', a .gguf path, 'embeddings' or 'auto'), got {value!r}"
+    elif key == "sampling":
+        if value not in SAMPLINGS:
+            return f"'sampling' must be one of {', '.join(repr(v) for v in SAMPLINGS)}, got {value!r}"
     return None
 
 

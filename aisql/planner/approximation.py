@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 MAX_LLM_SHARE = 0.8  # a cascade sending more than this share to the LLM saves too little: exact
-TARGET_KEYS = ("recall", "precision", "delta", "sample", "seed")  # a call's own options of approximate mode
+TARGET_KEYS = ("recall", "precision", "delta", "sample", "seed", "proxy", "sampling")  # a call's own options of approximate mode
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,10 @@ class Targets:
     delta: float = 0.05
     sample: int = 0  # 0: sample_size() decides
     seed: int = 0
+    # The proxy: "auto" (a smaller LLM when the run's model costs >= PROXY_COST_RATIO times more,
+    # else the embedding model), "embeddings", or a model spec (aisql.executor.proxy_choice).
+    proxy: str = "auto"
+    sampling: str = "auto"  # the oracle's sample: auto | progressive | uniform | importance
 
     def describe(self) -> str:
         return f"recall >= {self.recall:g}, precision >= {self.precision:g} with probability >= {1 - self.delta:g}"

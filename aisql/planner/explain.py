@@ -44,6 +44,7 @@ class Explanation:
     shard_plans: dict[str, dict] = field(default_factory=dict)  # node id -> its shard plan on `workers` (explain --workers)
     cache_note: str | None = None  # what the result cache changes (everything cached), or why it was not consulted
     measured_load: float | None = None  # cores other work kept busy when the calibrating speed was measured
+    proxies: dict[str, str] = field(default_factory=dict)  # node id -> approximate mode's proxy and why
 
     def tree(self) -> Tree:
         header = ""
@@ -64,7 +65,7 @@ class Explanation:
             if self.cache_note:
                 header += f" · {self.cache_note}"
         calibrated = bool(self.hardware and self.hardware.planned_tokens_per_s)
-        return plans_tree(self.plans, self.estimates, header, calibrated, self.shard_plans)
+        return plans_tree(self.plans, self.estimates, header, calibrated, self.shard_plans, self.proxies)
 
     # ---- printable: print(con.explain(q)), rich consoles, notebooks ---------------------------
     def __str__(self) -> str:
@@ -87,7 +88,7 @@ class Explanation:
         return console.export_html(inline_styles=True)
 
     def to_dict(self) -> dict:
-        data = {"statements": [plan_to_dict(p, e, self.shard_plans) for p, e in zip(self.plans, self.estimates)]}
+        data = {"statements": [plan_to_dict(p, e, self.shard_plans, self.proxies) for p, e in zip(self.plans, self.estimates)]}
         if self.hardware is not None:
             data["hardware"] = {
                 "name": self.hardware.name,
@@ -121,7 +122,7 @@ def _side(side: Side) -> dict:
     }
 
 
-def plan_to_dict(plan: Plan, estimate: PlanEstimate | None, shard_plans: dict[str, dict] | None = None) -> dict:
+def plan_to_dict(plan: Plan, estimate: PlanEstimate | None, shard_plans: dict[str, dict] | None = None, proxies: dict[str, str] | None = None) -> dict:
     nodes = []
     for node in plan.nodes:
         est = estimate.node(node.id) if estimate else None
@@ -141,7 +142,7 @@ def plan_to_dict(plan: Plan, estimate: PlanEstimate | None, shard_plans: dict[st
                 "anchor": node.anchor,
                 "estimate": q,
                 "estimate_reason": est.reason if est else "",
-                "approximate": approximate_line(node, est) if est else None,
+                "approximate": approximate_line(node, est, (proxies or {}).get(node.id)) if est else None,
                 "rows_in": round(est.rows_in) if known else None,
                 "prompts_total": round(est.prompts_total) if known else None,
                 "prompts_unique": round(est.prompts_unique) if known else None,
@@ -164,7 +165,12 @@ def plan_to_dict(plan: Plan, estimate: PlanEstimate | None, shard_plans: dict[st
 
 
 def plans_tree(
-    plans: Sequence[Plan], estimates: Sequence[PlanEstimate | None], header: str = "", calibrated: bool = False, shard_plans: dict | None = None
+    plans: Sequence[Plan],
+    estimates: Sequence[PlanEstimate | None],
+    header: str = "",
+    calibrated: bool = False,
+    shard_plans: dict | None = None,
+    proxies: dict[str, str] | None = None,
 ) -> Tree:
     from rich.tree import Tree
 
@@ -198,7 +204,7 @@ def plans_tree(
                     branch.add(f"[green]{cached_line(est)}[/green]")
                 if est.reason:
                     branch.add(f"[dim]{est.reason}[/dim]")
-                cascade = approximate_line(node, est)
+                cascade = approximate_line(node, est, (proxies or {}).get(node.id))
                 if cascade:
                     branch.add(f"[yellow]{cascade}[/yellow]")
                 shards = (shard_plans or {}).get(node.id)
@@ -241,7 +247,7 @@ def cached_line(est: NodeEstimate) -> str:
     return f"result cache: ~{est.cached_share:.0%} of {unique:,.0f} answers cached ({how}): the plan prices only the rest"
 
 
-def approximate_line(node, est) -> str | None:
+def approximate_line(node, est, proxy: str | None = None) -> str | None:
     """The cascade an AI.IF in approximate mode runs (its call's options), with the LLM calls it
     may make: the sample at least, at most MAX_LLM_SHARE of the prompts (beyond: exact)."""
     targets = call_targets(node.call.function.approximates, node.call.hints, None)
@@ -250,10 +256,17 @@ def approximate_line(node, est) -> str | None:
     unique = int(est.prompts_unique or 0)
     sample = min(unique, targets.sample or sample_size(unique))
     most = max(sample, int(MAX_LLM_SHARE * unique))
-    return (
-        f"approximate (proxy cascade): {targets.describe()} vs the LLM; the LLM answers {sample:,} to {most:,} of "
+    llm_proxy = proxy is not None and not proxy.startswith("embeddings")
+    least = sample
+    if llm_proxy and targets.sampling in ("auto", "progressive") and sample < unique:
+        least = max(1, round(sample * 0.25))  # progressive sampling may stop at its first stage
+    line = (
+        f"approximate (proxy cascade): {targets.describe()} vs the LLM; the LLM answers {least:,} to {most:,} of "
         f"{unique:,} prompts (more would fall back to exact)"
     )
+    if proxy:
+        line += f"; proxy: {proxy}" + (f", which scores all {unique:,} prompts first" if llm_proxy and sample < unique else "")
+    return line
 
 
 def _cost_line(naive: Side, plan: Side, calibrated: bool = False) -> str:

@@ -1,0 +1,135 @@
+"""Cascades whose proxy scores every row before the oracle is asked: a small LLM's one-pass
+P(yes) for the same AI.IF prompt. Nothing is trained, so the whole oracle sample calibrates the
+thresholds (the embedding cascade of aisql.executor.cascade spends half of it on training).
+
+How the oracle's sample is drawn (`sampling`):
+- "uniform": one seeded uniform sample of `sample_size` rows, thresholds by Clopper-Pearson as
+  in aisql.executor.cascade — today's baseline.
+- "progressive": the same seeded order taken in nested stages (a quarter, a half, all of the
+  sample), thresholds at each stage at level delta / stages (a union bound over the stages, so
+  any rule for stopping keeps the guarantee); it stops at the first stage whose middle (the rows
+  the oracle would still answer) is no larger than the next stage's extra rows — more sample
+  could not save more than that. A proxy that agrees with the oracle stops at a quarter.
+- "importance": SUPG's importance sampling with bounds by betting (aisql.executor.importance).
+
+Targets, fallbacks, and where proxy answers live are those of aisql.executor.cascade.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import numpy as np
+
+from aisql.executor.cascade import MIN_CLASS, CascadeReport, choose_sample, thresholds
+from aisql.planner.approximation import MAX_LLM_SHARE, Targets, sample_size
+
+SAMPLINGS = ("progressive", "uniform", "importance")
+STAGES = (0.25, 0.5, 1.0)  # progressive: shares of the sample taken in turn
+
+
+def run_score_first(
+    texts: Sequence[str],
+    targets: Targets,
+    *,
+    ask_llm: Callable[[list[str]], dict[str, bool | None]],
+    proxy_scores: Callable[[list[str]], dict[str, float]],
+    sampling: str,
+) -> tuple[dict[str, bool | None], CascadeReport]:
+    """Answers for the distinct prompt `texts`: the proxy where the bounds allow, the oracle elsewhere."""
+    texts = sorted(set(texts))
+    report = CascadeReport(targets, rows=len(texts))
+    report.extra["sampling"] = sampling
+    size = min(len(texts), targets.sample or sample_size(len(texts)))
+    if size >= len(texts):
+        report.sample = len(texts)
+        report.fallback = "the sample is the whole input"
+        report.llm_rows = len(texts)
+        return dict(ask_llm(texts)), report
+    scored = proxy_scores(texts)
+    scores = np.array([scored[t] for t in texts], dtype=float)
+    if sampling == "importance":
+        asked, bounds, weights = _importance(texts, scores, size, targets, ask_llm)
+    else:
+        asked, bounds, weights = _uniform(texts, scores, size, targets, ask_llm, STAGES if sampling == "progressive" else (1.0,), report)
+    answers = dict(asked)
+    report.sample = len(asked)
+    if bounds is None:
+        return _exact(texts, answers, ask_llm, report, f"the sample has fewer than {MIN_CLASS} TRUE or FALSE answers to bound the targets with")
+    t_lo, t_hi = bounds
+    report.thresholds = (float(t_lo), float(t_hi))
+    rest = [(t, s) for t, s in zip(texts, scores) if t not in answers]
+    middle = [t for t, s in rest if t_lo <= s < t_hi]
+    if len(middle) + len(answers) > MAX_LLM_SHARE * len(texts):
+        return _exact(texts, answers, ask_llm, report, f"the proxy is sure of too few rows (the LLM would answer {len(middle) + len(answers):,} of {len(texts):,})")
+    for text, score in rest:
+        if score >= t_hi:
+            answers[text] = True
+            report.proxy_true += 1
+        elif score < t_lo:
+            answers[text] = False
+            report.proxy_false += 1
+    answers.update(ask_llm(middle))
+    report.llm_rows = len(asked) + len(middle)
+    _estimate(report, asked, weights, dict(zip(texts, scores)), t_lo, t_hi)
+    return answers, report
+
+
+def _uniform(texts, scores, size, targets: Targets, ask_llm, stages, report: CascadeReport):
+    """The seeded uniform order, asked stage by stage; thresholds at delta / len(stages) each."""
+    order = choose_sample(texts, len(texts), targets.seed)
+    score_of = dict(zip(texts, scores))
+    level = dataclasses.replace(targets, delta=targets.delta / len(stages))
+    answers: dict[str, bool | None] = {}
+    bounds = None
+    for index, share in enumerate(stages):
+        taken = order[: max(1, int(round(size * share)))]
+        answers.update(ask_llm([t for t in taken if t not in answers]))
+        labelled = [t for t in taken if answers.get(t) is not None]
+        bounds = thresholds(
+            np.array([score_of[t] for t in labelled]), np.array([bool(answers[t]) for t in labelled], dtype=float), level
+        )
+        report.extra["stages_used"] = index + 1
+        if index + 1 == len(stages):
+            break
+        next_extra = int(round(size * stages[index + 1])) - len(taken)
+        if bounds is not None:
+            t_lo, t_hi = bounds
+            middle = int(((scores >= t_lo) & (scores < t_hi)).sum())
+            if middle <= next_extra:
+                break
+    return answers, bounds, None
+
+
+def _importance(texts, scores, size, targets: Targets, ask_llm):
+    from aisql.executor.importance import draw, importance_thresholds
+
+    sample = draw(texts, scores, size, targets.seed)
+    rows = [texts[i] for i in sample.rows]
+    answers = dict(ask_llm(rows))
+    labels = {int(i): bool(answers.get(texts[i])) for i in sample.rows}
+    bounds = importance_thresholds(scores, sample, labels, targets.recall, targets.precision, targets.delta)
+    weights = {texts[i]: 1.0 / sample.probability[i] for i in sample.rows}
+    return answers, bounds, weights
+
+
+def _estimate(report: CascadeReport, asked: dict, weights: dict | None, score_of: dict, t_lo: float, t_hi: float) -> None:
+    """Recall and precision vs the oracle on its sample (importance weights where drawn so)."""
+    labelled = [t for t, a in asked.items() if a is not None]
+    if not labelled:
+        return
+    y = np.array([bool(asked[t]) for t in labelled], dtype=float)
+    s = np.array([score_of[t] for t in labelled])
+    w = np.array([weights[t] for t in labelled]) if weights else np.ones(len(labelled))
+    predicted = np.where(s >= t_hi, 1.0, np.where(s < t_lo, 0.0, y))
+    true_positive = float((w * predicted * y).sum())
+    report.estimated_recall = round(true_positive / max(1e-9, float((w * y).sum())), 4) if y.any() else None
+    report.estimated_precision = round(true_positive / max(1e-9, float((w * predicted).sum())), 4) if predicted.any() else None
+
+
+def _exact(texts, answers, ask_llm, report: CascadeReport, why: str):
+    report.fallback = why
+    answers.update(ask_llm([t for t in texts if t not in answers]))
+    report.llm_rows = len(texts)
+    return answers, report
