@@ -51,6 +51,9 @@ def predicates() -> dict[str, dict]:
     # The same predicate asked as a plain question, the phrasing SmolLM2 answers best (§10): an
     # LLM whose answers follow the text's sentiment gives the proxy something to learn.
     out["sembench_sentiment_question"] = dict(out["sembench_sentiment"], template="Is the following movie review positive? {reviewText}")
+    # >= 5,000 rows from SemBench: every review asked three ways (the questions a user might
+    # write), 6,000 prompts over one join — where a fixed sample is the smallest share.
+    out["sembench_sentiment_x3"] = _three_questions(reviews, out["sembench_sentiment"]["labels"])
     for name, spec in GGR.items():
         if "labels" in spec:
             continue  # AI.CLASSIFY tasks: the cascade is for AI.IF
@@ -62,6 +65,31 @@ def predicates() -> dict[str, dict]:
             "labels": {i: l["manual_labels"] in ("YES", "TRUE", "1") for i, l in enumerate(labels)},
         }
     return out
+
+
+THREE_QUESTIONS = (
+    "Is the following movie review positive?",
+    "Does the critic recommend this movie?",
+    "Did the reviewer like the film?",
+)
+
+
+def _three_questions(reviews, labels: dict) -> dict:
+    import pyarrow as pa
+
+    ids, questions, texts = [], [], []
+    for review_id, text in zip(reviews.column("reviewId").to_pylist(), reviews.column("reviewText").to_pylist()):
+        for number, question in enumerate(THREE_QUESTIONS):
+            ids.append(f"{review_id}#{number}")
+            questions.append(question)
+            texts.append(text)
+    table = pa.table({"pairId": ids, "question": questions, "reviewText": texts})
+    return {
+        "table": table,
+        "id": "pairId",
+        "template": "{question} {reviewText}",
+        "labels": {i: labels[int(i.split("#")[0]) if isinstance(next(iter(labels)), int) else i.split("#")[0]] for i in ids},
+    }
 
 
 def query(spec: dict, options: str = "") -> str:
