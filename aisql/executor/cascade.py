@@ -165,26 +165,16 @@ def run_cascade(
     y_cal = np.array([bool(answers[t]) for t in calibrate], dtype=float)
     proxy = train_proxy(vectors[: len(train)], y_train, targets.seed) if len(train) else None
     if proxy is None:
-        return _exact(texts, answers, ask_llm, report, "no labelled sample to train on")
+        return exact_fallback(texts, answers, ask_llm, report, "no labelled sample to train on")
     cal_scores = proxy(vectors[len(train) : len(train) + len(calibrate)])
     bounds = thresholds(cal_scores, y_cal, targets)
     if bounds is None:
-        return _exact(texts, answers, ask_llm, report, f"the sample has fewer than {MIN_CLASS} TRUE or FALSE answers to bound the targets with")
+        return exact_fallback(texts, answers, ask_llm, report, f"the sample has fewer than {MIN_CLASS} TRUE or FALSE answers to bound the targets with")
     t_lo, t_hi = bounds
-    report.thresholds = (t_lo, t_hi)
     scores = proxy(vectors[len(train) + len(calibrate) :])
-    middle = [t for t, s in zip(rest, scores) if t_lo <= s < t_hi]
-    if len(middle) + len(sample) > MAX_LLM_SHARE * len(texts):
-        return _exact(texts, answers, ask_llm, report, f"the proxy is sure of too few rows (the LLM would answer {len(middle) + len(sample):,} of {len(texts):,})")
-    for text, score in zip(rest, scores):
-        if score >= t_hi:
-            answers[text] = True
-            report.proxy_true += 1
-        elif score < t_lo:
-            answers[text] = False
-            report.proxy_false += 1
-    answers.update(ask_llm(middle))
-    report.llm_rows = len(sample) + len(middle)
+    answers, report = answer_by_thresholds(texts, dict(zip(rest, scores)), (t_lo, t_hi), answers, ask_llm, report)
+    if report.fallback:
+        return answers, report
     cal_pred = np.where(cal_scores >= t_hi, 1.0, np.where(cal_scores < t_lo, 0.0, y_cal))  # the middle: the LLM's answer
     tp = float((cal_pred * y_cal).sum())
     report.estimated_recall = round(tp / max(1.0, float(y_cal.sum())), 4)
@@ -192,7 +182,31 @@ def run_cascade(
     return answers, report
 
 
-def _exact(texts, answers, ask_llm, report: CascadeReport, why: str):
+def answer_by_thresholds(
+    texts: Sequence[str], scores: dict[str, float], bounds: tuple[float, float], answers: dict, ask_llm, report: CascadeReport
+) -> tuple[dict, CascadeReport]:
+    """The rows the LLM has not answered (`scores`: their proxy scores): TRUE at or above t_hi,
+    FALSE below t_lo, the middle asked of the LLM — or, when the LLM would answer more than
+    MAX_LLM_SHARE of the rows anyway, all of them (exact, said in the report)."""
+    t_lo, t_hi = bounds
+    report.thresholds = (float(t_lo), float(t_hi))
+    middle = [t for t, s in scores.items() if t_lo <= s < t_hi]
+    asked = len(answers)
+    if len(middle) + asked > MAX_LLM_SHARE * len(texts):
+        return exact_fallback(texts, answers, ask_llm, report, f"the proxy is sure of too few rows (the LLM would answer {len(middle) + asked:,} of {len(texts):,})")
+    for text, score in scores.items():
+        if score >= t_hi:
+            answers[text] = True
+            report.proxy_true += 1
+        elif score < t_lo:
+            answers[text] = False
+            report.proxy_false += 1
+    answers.update(ask_llm(middle))
+    report.llm_rows = asked + len(middle)
+    return answers, report
+
+
+def exact_fallback(texts, answers, ask_llm, report: CascadeReport, why: str):
     report.fallback = why
     answers.update(ask_llm([t for t in texts if t not in answers]))
     report.llm_rows = len(texts)

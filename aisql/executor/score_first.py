@@ -22,8 +22,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aisql.executor.cascade import MIN_CLASS, CascadeReport, choose_sample, thresholds
-from aisql.planner.approximation import MAX_LLM_SHARE, Targets, sample_size
+from aisql.executor.cascade import MIN_CLASS, CascadeReport, answer_by_thresholds, exact_fallback, choose_sample, thresholds
+from aisql.planner.approximation import Targets, sample_size
 
 SAMPLINGS = ("progressive", "uniform", "importance")
 STAGES = (0.25, 0.5, 1.0)  # progressive: shares of the sample taken in turn
@@ -56,23 +56,12 @@ def run_score_first(
     answers = dict(asked)
     report.sample = len(asked)
     if bounds is None:
-        return _exact(texts, answers, ask_llm, report, f"the sample has fewer than {MIN_CLASS} TRUE or FALSE answers to bound the targets with")
-    t_lo, t_hi = bounds
-    report.thresholds = (float(t_lo), float(t_hi))
-    rest = [(t, s) for t, s in zip(texts, scores) if t not in answers]
-    middle = [t for t, s in rest if t_lo <= s < t_hi]
-    if len(middle) + len(answers) > MAX_LLM_SHARE * len(texts):
-        return _exact(texts, answers, ask_llm, report, f"the proxy is sure of too few rows (the LLM would answer {len(middle) + len(answers):,} of {len(texts):,})")
-    for text, score in rest:
-        if score >= t_hi:
-            answers[text] = True
-            report.proxy_true += 1
-        elif score < t_lo:
-            answers[text] = False
-            report.proxy_false += 1
-    answers.update(ask_llm(middle))
-    report.llm_rows = len(asked) + len(middle)
-    _estimate(report, asked, weights, dict(zip(texts, scores)), t_lo, t_hi)
+        return exact_fallback(texts, answers, ask_llm, report, f"the sample has fewer than {MIN_CLASS} TRUE or FALSE answers to bound the targets with")
+    rest = {t: float(s) for t, s in zip(texts, scores) if t not in answers}
+    answers, report = answer_by_thresholds(texts, rest, bounds, answers, ask_llm, report)
+    if report.fallback:
+        return answers, report
+    _estimate(report, asked, weights, dict(zip(texts, scores)), *bounds)
     return answers, report
 
 
@@ -126,10 +115,3 @@ def _estimate(report: CascadeReport, asked: dict, weights: dict | None, score_of
     true_positive = float((w * predicted * y).sum())
     report.estimated_recall = round(true_positive / max(1e-9, float((w * y).sum())), 4) if y.any() else None
     report.estimated_precision = round(true_positive / max(1e-9, float((w * predicted).sum())), 4) if predicted.any() else None
-
-
-def _exact(texts, answers, ask_llm, report: CascadeReport, why: str):
-    report.fallback = why
-    answers.update(ask_llm([t for t in texts if t not in answers]))
-    report.llm_rows = len(texts)
-    return answers, report
