@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -130,24 +131,28 @@ def run_predicate(name: str, spec: dict, model: str, seeds: int, scratch: Path, 
         return con
 
     exact_con = connect(scratch / f"{name}_exact.sqlite")
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     exact = exact_con.run(query(spec))
-    exact_wall = time.perf_counter() - started
+    exact_wall, exact_cpu = time.perf_counter() - started, time.process_time() - cpu
     llm = {r["id"]: bool(r["answer"]) for r in exact.table.to_pylist() if r["answer"] is not None}
     record = {
         "rows": len(llm),
-        "exact": {"wall_s": round(exact_wall, 2), "llm_calls": exact.stats.totals()["prompts_evaluated"], "model": exact.stats.model, "numerics": exact.stats.numerics},
+        "exact": {"wall_s": round(exact_wall, 2), "cpu_s": round(exact_cpu, 1), "llm_calls": exact.stats.totals()["prompts_evaluated"], "model": exact.stats.model, "numerics": exact.stats.numerics},
         "llm_vs_labels": dict(zip(("recall", "precision"), (round(x, 4) for x in scores(llm, spec["labels"])))),
     }
     extra = {"proxy": proxy} if proxy else {}
     cold_con = connect(scratch / f"{name}_approximate.sqlite")
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     cold = cold_con.run(query(spec, option_text(TARGETS, **extra)))
+    cold_wall, cold_cpu = time.perf_counter() - started, time.process_time() - cpu
     report = cold.stats.nodes[0].approximate
     cold_answers = {r["id"]: bool(r["answer"]) for r in cold.table.to_pylist() if r["answer"] is not None}
     record["approximate_cold"] = {
-        "wall_s": round(time.perf_counter() - started, 2),
-        "wall_vs_exact": round((time.perf_counter() - started) / exact_wall, 3),
+        "wall_s": round(cold_wall, 2),
+        "wall_vs_exact": round(cold_wall / exact_wall, 3),
+        "cpu_s": round(cold_cpu, 1),
+        "cpu_vs_exact": round(cold_cpu / max(1e-9, exact_cpu), 3),
+        "load_average_1min_at_end": os.getloadavg()[0],
         "llm_calls": cold.stats.totals()["prompts_evaluated"],
         "fallback": report["fallback_to_exact"],
         "proxy_answered": report["proxy_answered"],
