@@ -232,3 +232,13 @@ def test_cli_proxy_model_implies_approximate_and_is_said(tmp_path, perturbed_tin
     report = json.loads(stats.read_text())["nodes"][0]["approximate"]
     assert report["proxy"] == perturbed_tiny and report["proxy_prompts"] == 480
     assert "APPROXIMATE" in out.stderr or "approximate mode fell back" in out.stderr
+
+
+def test_smollm2s_size_is_read_from_its_gguf_header_without_loading_it():
+    from aisql.executor.proxy_choice import installed_decoder_params
+
+    params = installed_decoder_params("smollm2")
+    if params is None:
+        pytest.skip("smollm2 not installed")
+    assert 100e6 < params < 110e6  # SmolLM2-135M: 106M in its 30 blocks, the rest embeddings
+    assert installed_decoder_params("not-a-candidate") is None
