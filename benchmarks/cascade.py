@@ -141,6 +141,8 @@ def run_predicate(name: str, spec: dict, model: str, seeds: int, scratch: Path, 
         "llm_vs_labels": dict(zip(("recall", "precision"), (round(x, 4) for x in scores(llm, spec["labels"])))),
     }
     extra = {"proxy": proxy} if proxy else {}
+    release(exact_con)  # one large model in memory at a time: a 1.5B oracle in bfloat16 keeps a float32 copy too
+    del exact, exact_con
     cold_con = connect(scratch / f"{name}_approximate.sqlite")
     started, cpu = time.perf_counter(), time.process_time()
     cold = cold_con.run(query(spec, option_text(TARGETS, **extra)))
@@ -160,14 +162,26 @@ def run_predicate(name: str, spec: dict, model: str, seeds: int, scratch: Path, 
         "vs_llm": dict(zip(("recall", "precision"), (round(x, 4) for x in scores(cold_answers, llm)))),
         "vs_labels": dict(zip(("recall", "precision"), (round(x, 4) for x in scores(cold_answers, spec["labels"])))),
     }
+    release(cold_con)
+    del cold, cold_con
+    exact_con = connect(scratch / f"{name}_exact.sqlite")  # the oracle's answers, all cached: loads no oracle
     record["seeds"] = {}
     for sampling in samplings:
         how = {"proxy": "embeddings"} if sampling == "embeddings" else dict(extra, **({"sampling": sampling} if sampling != "auto" else {}))
         record["seeds"][sampling] = seed_runs(exact_con, spec, llm, seeds, how)
         print(name, sampling, json.dumps({k: v for k, v in record["seeds"][sampling].items() if k != "runs"}), flush=True)
-    exact_con.close()
-    cold_con.close()
+    release(exact_con)
     return record
+
+
+def release(con: aisql.Connection) -> None:
+    """Close a connection and free its models now (the next one may load a model as large)."""
+    import gc
+
+    con.close()
+    con.session._engine = None
+    con.session._proxy_sessions.clear()
+    gc.collect()
 
 
 def seed_runs(con: aisql.Connection, spec: dict, llm: dict, seeds: int, how: dict) -> dict:
