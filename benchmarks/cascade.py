@@ -241,6 +241,8 @@ def main() -> None:
     from common import model_argument
 
     model_name, args.model = args.model, model_argument(args.model)
+    if args.proxy and args.proxy != "embeddings":
+        args.proxy = model_argument(args.proxy)  # qwen-0.5b: its verified GGUF
     TARGETS.update(zip(("recall", "precision", "delta"), (float(x) for x in args.targets.split(","))))
     wanted = set(args.only.split(",")) if args.only else None
     out = {"model": model_name, "proxy": args.proxy, "rows": args.rows, "targets": TARGETS, "predicates": {}}

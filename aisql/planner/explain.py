@@ -258,7 +258,7 @@ def approximate_line(node, est, proxy: str | None = None) -> str | None:
     most = max(sample, int(MAX_LLM_SHARE * unique))
     llm_proxy = proxy is not None and not proxy.startswith("embeddings")
     least = sample
-    if llm_proxy and targets.sampling in ("auto", "progressive") and sample < unique:
+    if llm_proxy and targets.sampling == "progressive" and sample < unique:
         least = max(1, round(sample * 0.25))  # progressive sampling may stop at its first stage
     line = (
         f"approximate (proxy cascade): {targets.describe()} vs the LLM; the LLM answers {least:,} to {most:,} of "
