@@ -79,6 +79,33 @@ def test_a_proxy_without_signal_falls_back_to_exact():
         assert report.fallback and answers == truth and report.llm_rows == len(texts) == len(set(asked))
 
 
+def test_an_auto_chosen_proxy_that_disagrees_is_dropped_after_a_pilot():
+    """The pilot's rows are the sample's first: a proxy that ranks the oracle's answers poorly is
+    never asked for the other rows, and the node is exact; one that agrees goes on."""
+    from aisql.executor.score_first import PILOT_ROWS
+
+    texts, truth, good = two_models(2000, separation=2.0)
+    rng = np.random.default_rng(0)
+    noise = {t: float(rng.random()) for t in texts}
+    for scores, dropped in ((noise, True), (good, False)):
+        scored: list[str] = []
+
+        def proxy(batch, scores=scores):
+            scored.extend(batch)
+            return {t: scores[t] for t in batch}
+
+        asked: list[str] = []
+        answers, report = run_score_first(
+            texts, Targets(), ask_llm=lambda b: asked.extend(b) or {t: truth[t] for t in b}, proxy_scores=proxy, sampling="uniform", pilot=True
+        )
+        assert answers == truth if dropped else not report.fallback
+        assert (len(scored) == PILOT_ROWS) == dropped and ("pilot" in report.fallback) == dropped
+        assert len(asked) == len(set(asked))  # the pilot's rows are never asked twice
+    for sampling in ("importance", "progressive"):
+        answers, report = run_score_first(texts, Targets(), ask_llm=lambda b: {t: truth[t] for t in b}, proxy_scores=lambda b: {t: good[t] for t in b}, sampling=sampling, pilot=True)
+        assert report.extra["pilot_auc"] > 0.85 and not report.fallback
+
+
 def test_the_sample_is_the_whole_of_a_small_input():
     texts, truth, scores = two_models(150, separation=2.0)
     answers, report, asked = cascade(texts, truth, scores, "progressive")

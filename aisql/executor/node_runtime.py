@@ -170,7 +170,9 @@ class NodeRuntime:
 
                 proxy = ProxyScorer(session.proxy_session(choice.spec), self.task, self.node.id, self.call.describe(), self.options)
                 sampling = targets.sampling if targets.sampling != "auto" else DEFAULT_LLM_PROXY_SAMPLING
-                answers, report = run_score_first(list(prompts.counts), targets, ask_llm=ask_llm, proxy_scores=proxy, sampling=sampling)
+                answers, report = run_score_first(
+                    list(prompts.counts), targets, ask_llm=ask_llm, proxy_scores=proxy, sampling=sampling, pilot=targets.proxy == "auto"
+                )
                 report.extra.update(proxy.report())
             else:
                 answers, report = run_cascade(
