@@ -176,7 +176,9 @@ def test_a_proxy_llm_answers_for_the_oracle_end_to_end(tmp_path, tiny_engine, pe
     import aisql
     from aisql.output import approximate_note
 
-    con = aisql.connect(engine=tiny_engine, cache=str(tmp_path / "cache.db"))
+    # float32 by name: the proxy takes the run's engine options, and `--dtype auto` would measure
+    # the perturbed model afresh in every cache dir (and might pick bfloat16, moving its scores).
+    con = aisql.connect(engine=tiny_engine, cache=str(tmp_path / "cache.db"), dtype="float32")
     con.sql(REVIEWS)
     options = f"{{'proxy': '{perturbed_tiny}', 'recall': 0.8, 'precision': 0.8, 'delta': 0.1, 'sample': 160}}"
     sql = f"SELECT i FROM r WHERE AI.IF(PROMPT('Is this review positive? {{0}}', txt), {options}) ORDER BY i"
@@ -254,7 +256,7 @@ def test_cli_proxy_model_implies_approximate_and_is_said(tmp_path, perturbed_tin
     out = subprocess.run(
         [sys.executable, "-m", "aisql.cli", "run", "-e",
          f"SELECT i FROM ({sql}) r WHERE AI.IF(PROMPT('Is this review positive? {{0}}', txt))",
-         "--model", "tiny", "--no-cache", "--proxy-model", perturbed_tiny, "--format", "csv", "-q", "--stats-json", str(stats)],
+         "--model", "tiny", "--dtype", "float32", "--no-cache", "--proxy-model", perturbed_tiny, "--format", "csv", "-q", "--stats-json", str(stats)],
         capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr
