@@ -106,6 +106,17 @@ def test_an_auto_chosen_proxy_that_disagrees_is_dropped_after_a_pilot():
         assert report.extra["pilot_auc"] > 0.85 and not report.fallback
 
 
+def test_a_report_is_strict_json_when_a_side_is_empty():
+    import json
+
+    texts, truth, _ = two_models(2000, separation=2.0)
+    scores = {t: 0.95 if truth[t] else 0.05 for t in texts}
+    _, report, _ = cascade(texts, truth, scores, "uniform", precision=0.999, delta=0.01)  # no TRUE side
+    data = report.to_dict()
+    json.dumps(data, allow_nan=False)
+    assert None in data["thresholds"]
+
+
 def test_the_sample_is_the_whole_of_a_small_input():
     texts, truth, scores = two_models(150, separation=2.0)
     answers, report, asked = cascade(texts, truth, scores, "progressive")

@@ -66,7 +66,8 @@ class CascadeReport:
             "proxy_answered": self.proxy_true + self.proxy_false,
             "llm_answered": self.llm_rows,
             "fallback_to_exact": self.fallback or None,
-            "thresholds": list(self.thresholds),
+            # an empty side's threshold is infinite: null, as strict JSON (--stats-json) has no Infinity
+            "thresholds": [t if np.isfinite(t) else None for t in self.thresholds],
             "estimated_recall": self.estimated_recall,
             "estimated_precision": self.estimated_precision,
             **self.extra,  # the proxy (name, why, its prompts), the sampling, the stages used
