@@ -179,8 +179,7 @@ def release(con: aisql.Connection) -> None:
     import gc
 
     con.close()
-    con.session._engine = None
-    con.session._proxy_sessions.clear()
+    con.session.unload()
     gc.collect()
 
 

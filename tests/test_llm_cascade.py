@@ -284,3 +284,52 @@ def test_smollm2s_size_is_read_from_its_gguf_header_without_loading_it():
         pytest.skip("smollm2 not installed")
     assert 100e6 < params < 110e6  # SmolLM2-135M: 106M in its 30 blocks, the rest embeddings
     assert installed_decoder_params("not-a-candidate") is None
+
+
+def test_a_proxys_pilot_rows_are_scored_once_and_counted_once():
+    """The pilot scores the sample's first rows, then the full pass scores every row: the
+    proxy's model sees each text once and its counts are the node's, not the last call's."""
+    from aisql.executor.answer_store import Answer
+    from aisql.executor.answering import AnswerCounts
+    from aisql.executor.node_runtime import ProxyScorer
+
+    asked: list[list[str]] = []
+
+    class Answering:
+        def answer_texts(self, counts, task, *, seen, progress):
+            asked.append(list(counts))
+            new = [t for t in counts if t not in seen]
+            seen.update(new)
+            return {t: Answer(True, cost=1, p_yes=0.5) for t in counts}, AnswerCounts(prompts_total=len(counts), prompts_unique=len(new), prompts_evaluated=len(counts))
+
+    class Session:
+        def answering(self, options):
+            return Answering()
+
+        def model_name(self):
+            return "fake-proxy"
+
+    class Options:
+        checkpoint_every, checkpoint_seconds, progress = 256, 5.0, None
+
+    scorer = ProxyScorer(Session(), task=None, node_id="n1", description="AI.IF", options=Options())
+    texts = [f"t{i}" for i in range(100)]
+    assert scorer(texts[:10]) == {t: 0.5 for t in texts[:10]}
+    assert scorer(texts) == {t: 0.5 for t in texts}
+    assert [len(batch) for batch in asked] == [10, 90]
+    assert scorer.counts.prompts_unique == 100 and scorer.counts.prompts_evaluated == 100
+
+
+def test_unload_frees_the_oracle_and_its_proxies(tmp_path, perturbed_tiny):
+    """A benchmark running one large model after another gets the memory back now; a later
+    call loads the model again."""
+    import aisql
+
+    con = aisql.connect(model=perturbed_tiny, cache=str(tmp_path / "cache.db"), dtype="float32")
+    proxy = con.session.proxy_session(perturbed_tiny)
+    oracle_engine, proxy_engine = con.session.engine, proxy.engine
+    assert con.session.loaded and proxy.loaded
+    con.session.unload()
+    assert not con.session.loaded and not proxy.loaded
+    assert con.session.engine is not oracle_engine and con.session.proxy_session(perturbed_tiny) is not proxy
+    del proxy_engine

@@ -258,11 +258,17 @@ class ProxyScorer:
         self.answering = session.answering(
             RunOptions(checkpoint_every=options.checkpoint_every, checkpoint_seconds=options.checkpoint_seconds, progress=options.progress)
         )
-        self.counts = None
+        self.scores: dict[str, float] = {}  # a pilot's rows are scored once, not again in the full pass
+        self.seen: set[str] = set()
+        self.counts = None  # summed over this node's calls
 
     def __call__(self, texts: list[str]) -> dict[str, float]:
-        known, self.counts = self.answering.answer_texts({t: 1 for t in texts}, self.task, seen=set(), progress=self.progress)
-        return {t: _p_yes(known[t]) for t in texts}
+        todo = [t for t in texts if t not in self.scores]
+        if todo:
+            known, counts = self.answering.answer_texts({t: 1 for t in todo}, self.task, seen=self.seen, progress=self.progress)
+            self.scores.update((t, _p_yes(known[t])) for t in todo)
+            self.counts = counts if self.counts is None else self.counts + counts
+        return {t: self.scores[t] for t in texts}
 
     def report(self) -> dict:
         counts = self.counts

@@ -61,6 +61,7 @@ class ModelSession:
         self.engine_options = engine_options
         self.lock = threading.RLock()  # one engine call at a time (DuckDB calls functions from several threads)
         self._engine = engine
+        self._given_engine = engine  # the caller's: kept by unload (it cannot be loaded again from a spec)
         self._warned: set[str] = set()
         self._warn_to = warn
         self.store: AnswerStore = store if store is not None else open_answer_store(cache, warn=lambda m: self._warn(m, once=False))
@@ -145,6 +146,17 @@ class ModelSession:
                 self._pool = None
                 self._engine = None
                 self._fingerprint = None
+
+    def unload(self) -> None:
+        """Stop workers and free the loaded models (the oracle's engine, the proxies') now, rather
+        than when the session is collected: a script that runs one large model after another
+        needs the memory back. A later call loads them again; an engine given to the session stays."""
+        self.close()
+        with self.lock:
+            self._engine = self._given_engine
+            for proxy in self._proxy_sessions.values():
+                proxy.unload()
+            self._proxy_sessions.clear()
 
     @property
     def resolved_model(self) -> ResolvedModel:
