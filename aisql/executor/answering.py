@@ -94,6 +94,7 @@ class Answering:
     fingerprint: Callable[[], str] = lambda: ""  # names the model in the store without loading it
     options: RunOptions = field(default_factory=RunOptions)
     clock: Callable[[], float] = time.perf_counter  # model time of a chunk (tests pass a clock of work done)
+    pooled: Callable[[], bool] = lambda: False  # the model runs on a pool of workers: large nodes stream (aisql.executor.cluster.streaming)
     chunks: ChunkSizer = field(init=False)
     # Per task: the prompt texts some node of this run asked already. Two identical calls in one
     # SELECT share it, so the run counts their prompts once as unique (and never as "cached").

@@ -17,9 +17,11 @@ import duckdb
 from aisql.engine.base import Engine
 from aisql.errors import AisqlError
 from aisql.executor.budget import BudgetExceeded
+from aisql.executor.answer_index import MISSING, AnswerIndex, digest
 from aisql.executor.answering import Answering
 from aisql.executor.evaluate import evaluate
 from aisql.executor.prompts import PromptSet
+from aisql.executor.request_kinds import kind_of
 from aisql.executor.run_stats import NodeStats
 from aisql.functions import Task
 from aisql.planner.plan import AINode, Strategy
@@ -37,6 +39,7 @@ class NodeRuntime:
         self.signal_counted: set[str] = set()  # distinct texts whose confidence is in the stats
         # Stopped early (LIMIT): tuples never asked answer NULL, which no predicate keeps.
         self.closed = False
+        self.index: AnswerIndex | None = None  # a streamed node's answers, by prompt digest
         self.stats = NodeStats(node=node.id, function=node.call.describe(), strategy=node.strategy.value)
 
     def result_type(self) -> tuple[str, object]:
@@ -45,7 +48,11 @@ class NodeRuntime:
 
     # ---- planned --------------------------------------------------------------------------
     def prefetch(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Evaluate the node's input relation (node.input_sql) as one planned batch."""
+        """Evaluate the node's input relation (node.input_sql) as one planned batch (on a worker
+        pool: streamed, prefetch_streamed)."""
+        total = self.streamed_size(con)
+        if total is not None:
+            return self.prefetch_streamed(con, total)
         started = time.perf_counter()
         prompts = self._input_prompts(con)
         self.stats.rows_in += prompts.rows_in
@@ -54,6 +61,51 @@ class NodeRuntime:
             self._answer_approximately(prompts, targets)
         else:
             self._answer(prompts)
+        self.stats.wall_s += time.perf_counter() - started
+
+    def streamed_size(self, con: duckdb.DuckDBPyConnection) -> int | None:
+        """The node's distinct tuples when its prefetch streams through the worker pool (bounded
+        driver memory, no encoding on the driver), else None: on a pool, for exact per-prompt
+        tasks of at least STREAM_AT tuples. Smaller nodes take the sharded path, whose driver
+        encodes every prompt and so counts the prefix work a split repeats exactly."""
+        from aisql.executor.cluster import streamed_input
+
+        if not self.answering.pooled() or kind_of(self.task).groups or self.options.targets_for(self.call) is not None:
+            return None
+        total = streamed_input.count_input(con, self.node.input_sql)
+        return total if total >= streamed_input.STREAM_AT else None
+
+    def prefetch_streamed(self, con: duckdb.DuckDBPyConnection, total: int) -> None:
+        """prefetch, streamed: the input read a slice at a time in anchor order, answers kept by
+        digest (aisql.executor.cluster.streaming). `total`: its distinct tuples."""
+        from aisql.executor.cluster.streamed_input import SliceCounts, leading_args, stream_groups
+        from aisql.executor.cluster.streaming import answer_streamed
+
+        started = time.perf_counter()
+        self.stats.strategy = "prefetch-sliced"  # said in --stats-json: this node streamed in slices through the pool
+        read = SliceCounts()
+        lead = leading_args(self.call.template, self.node.anchor_args)
+        slices = stream_groups(con, self.node.input_sql, self.call.template, self.call.arity, lead, read)
+        self.index = AnswerIndex()
+        node_id, description = self.node.id, self.call.describe()
+
+        def cluster():
+            with self.answering.lock:
+                return self.answering.engine()
+
+        self.options.progress.start(node_id, description, total, 0)
+        try:
+            counts = answer_streamed(
+                self.answering, cluster, self.task, slices, key=self.answering.key(self.task), node_id=node_id, index=self.index, on_answer=self.stats.count_signal
+            )
+        except BudgetExceeded:
+            raise
+        except AisqlError as err:
+            raise self._located(err) from None
+        finally:
+            self.options.progress.finish(node_id)
+            self.stats.rows_in += read.rows_in
+        self.stats.add(counts)
         self.stats.wall_s += time.perf_counter() - started
 
     def prefetch_until(self, con: duckdb.DuckDBPyConnection, enough: Callable[[], bool], first_chunk: int) -> None:
@@ -100,6 +152,10 @@ class NodeRuntime:
         """Values for one vector of argument tuples; evaluates the ones not answered yet."""
         started = time.perf_counter()
         rows = list(zip(*columns))
+        if self.index is not None:
+            out = self._lookup_indexed(rows)
+            self.stats.wall_s += time.perf_counter() - started
+            return out
         missing = PromptSet(self.call.template)
         if not self.closed:
             for values in rows:
@@ -114,6 +170,25 @@ class NodeRuntime:
         out = [None if any(v is None for v in values) else self.values.get(values) for values in rows]
         self.stats.wall_s += time.perf_counter() - started
         return out
+
+    def _lookup_indexed(self, rows: list[tuple]) -> list:
+        """lookup for a streamed node: each row's text rendered again and found by its digest;
+        a tuple the prefetch did not see is asked now, as lookup asks it."""
+        render = self.call.template.render
+        texts = [None if any(v is None for v in values) else render(values) for values in rows]
+        found = self.index.get_many([digest(t) for t in texts if t is not None])
+        answers = iter(found)
+        values_of = [None if t is None else next(answers) for t in texts]
+        missing = PromptSet(self.call.template)
+        if not self.closed:
+            for values, value in zip(rows, values_of):
+                if value is MISSING and values not in self.values and not any(v is None for v in values):
+                    missing.add(values)
+        if missing.rows_in:
+            self.stats.rows_in += missing.rows_in
+            self.stats.prompts_late += len(missing.counts)
+            self._answer(missing)
+        return [None if value is None else (self.values.get(values) if value is MISSING else value) for values, value in zip(rows, values_of)]
 
     def _answer(self, prompts: PromptSet) -> None:
         """Fill self.values for every tuple of `prompts`, asking the model only for new texts."""

@@ -209,7 +209,7 @@ class ModelSession:
         cache, the engine lock and the fingerprint, with the run's options."""
         from aisql.executor.answering import Answering, RunOptions
 
-        return Answering(lambda: self.engine, self.store, self.lock, self.fingerprint, options or RunOptions())
+        return Answering(lambda: self.engine, self.store, self.lock, self.fingerprint, options or RunOptions(), pooled=lambda: self.cluster is not None)
 
     def fingerprint(self) -> str:
         """The model's identity in the result cache: weights, tokenizer, numerics."""

@@ -33,41 +33,13 @@ def evaluate_sharded(
     store, options, counts = answering.store, answering.options, AnswerCounts()
     groups = prefix_groups(items, task, cluster.workers, cluster.ledger)
     cutter = ShardCutter(groups, cluster.workers, options.checkpoint_every)
-    budget = options.budget
-    reserved = 0  # prompts handed out and not yet answered
-    stopped = False
+    budget = ShardBudget(options.budget, cutter)
 
     def next_shard(worker: str):
-        nonlocal reserved, stopped
-        if stopped:
-            return None
-        shard = cutter.next(worker)
-        if shard is None:
-            return None
-        batch = [p for group in shard for p in group.payload]
-        if budget is not None:
-            allowed = budget.allowed(reserved + len(batch)) - reserved
-            if allowed <= 0:
-                cutter.put_back(shard)
-                stopped = True
-                return None
-            if allowed < len(batch):  # the last shard the budget allows: its first prompts
-                rest = batch[allowed:]
-                cutter.put_back([Group(float(len(rest)), len(rest), rest, shard[0].home)])
-                batch = batch[:allowed]
-                shard = [Group(float(len(batch)), len(batch), batch, shard[0].home)]
-                stopped = True
-            reserved += len(batch)
-        return shard, batch
-
-    def put_back(shard) -> None:
-        nonlocal reserved
-        cutter.put_back(shard)
-        if budget is not None:
-            reserved -= sum(g.prompts for g in shard)
+        shard = budget.fit(cutter.next(worker))
+        return None if shard is None else (shard, [p for group in shard for p in group.payload])
 
     def on_result(shard, result, worker: str) -> None:
-        nonlocal reserved
         store.put_many(key, result.answers)  # the checkpoint: this shard's answers are safe
         known.update(result.answers)
         count = len(result.answers)
@@ -77,19 +49,72 @@ def evaluate_sharded(
         result.work.prefix_recompute_tokens = cluster.ledger.add(worker, [p.ids for p in batch])
         counts.work = counts.work + result.work
         cluster.absorb(result.work)
-        if budget is not None:
-            budget.spend(count, result.busy_s)
-            reserved -= count
-        mine = counts.workers.setdefault(worker, {"shards": 0, "prompts": 0, "computed_tokens": 0, "busy_s": 0.0})
-        mine["shards"] += 1
-        mine["prompts"] += count
-        mine["computed_tokens"] += result.work.computed_tokens
-        mine["busy_s"] = round(mine["busy_s"] + result.busy_s, 4)
+        budget.spent(count, result.busy_s)
+        add_shard_counts(counts, worker, count, result)
         options.progress.advance(node_id, count, result.work.computed_tokens)
 
-    cluster.pool.run_shards(task, next_shard, put_back, on_result)
-    if stopped and cutter:
-        stop = budget.stopped()
-        stop.counts = counts
-        raise stop
+    cluster.pool.run_shards(task, next_shard, budget.put_back, on_result)
+    budget.raise_if_stopped(counts)
     return counts
+
+
+def add_shard_counts(counts: "AnswerCounts", worker: str, prompts: int, result) -> None:
+    """One shard's answers in the node's per-worker counts (shards, prompts, tokens, busy s)."""
+    mine = counts.workers.setdefault(worker, {"shards": 0, "prompts": 0, "computed_tokens": 0, "busy_s": 0.0})
+    mine["shards"] += 1
+    mine["prompts"] += prompts
+    mine["computed_tokens"] += result.work.computed_tokens
+    mine["busy_s"] = round(mine["busy_s"] + result.busy_s, 4)
+
+
+class ShardBudget:
+    """--max-prompts with shards in flight: a shard's prompts are reserved before it is handed
+    out, so shards in flight never add up past the budget; the last shard it allows is cut to
+    its first prompts (the rest goes back to the cutter) and no shard follows it."""
+
+    def __init__(self, budget, cutter: ShardCutter) -> None:
+        self.budget = budget
+        self.cutter = cutter
+        self.reserved = 0  # prompts handed out and not yet answered
+        self.stopped = False
+
+    def fit(self, shard: list[Group] | None) -> list[Group] | None:
+        """`shard` (from the cutter) as the budget allows it: whole, cut, or None (stopped)."""
+        if shard is None:
+            return None
+        if self.stopped:
+            self.cutter.put_back(shard)
+            return None
+        if self.budget is None:
+            return shard
+        wanted = sum(g.prompts for g in shard)
+        allowed = self.budget.allowed(self.reserved + wanted) - self.reserved
+        if allowed <= 0:
+            self.cutter.put_back(shard)
+            self.stopped = True
+            return None
+        if allowed < wanted:  # the last shard the budget allows: its first prompts
+            batch = [p for group in shard for p in group.payload]
+            self.cutter.put_back([Group(float(wanted - allowed), wanted - allowed, batch[allowed:], shard[0].home)])
+            shard = [Group(float(allowed), allowed, batch[:allowed], shard[0].home)]
+            self.stopped = True
+        self.reserved += sum(g.prompts for g in shard)
+        return shard
+
+    def put_back(self, shard: list[Group]) -> None:
+        """A dead worker's shard: queued again, its reservation released."""
+        self.cutter.put_back(shard)
+        if self.budget is not None:
+            self.reserved -= sum(g.prompts for g in shard)
+
+    def spent(self, prompts: int, seconds: float) -> None:
+        if self.budget is not None:
+            self.budget.spend(prompts, seconds)
+            self.reserved -= prompts
+
+    def raise_if_stopped(self, counts: "AnswerCounts") -> None:
+        """The budget stopped the node with prompts left: the stop, carrying what was answered."""
+        if self.stopped and self.cutter:
+            stop = self.budget.stopped()
+            stop.counts = counts
+            raise stop

@@ -288,9 +288,13 @@ class WorkerPool:
         next_shard: Callable[[str], tuple[Any, Sequence] | None],
         put_back: Callable[[Any], None],
         on_result: Callable[[Any, Any, str], None],
+        *,
+        method: str = "run_shard",
+        extra: tuple = (),
     ) -> None:
-        """Run shards until `next_shard(worker)` has none left: (token, prepared prompts) each,
-        cut for whichever worker is free. `on_result(token, ShardResult, worker name)` runs here, on
+        """Run shards until `next_shard(worker)` has none left: (token, items) each, cut for
+        whichever worker is free, run by the worker's `method` (run_shard: prepared prompts;
+        run_texts: prompt texts the worker encodes) with `extra` arguments. `on_result(token, ShardResult, worker name)` runs here, on
         the driver, once per shard; `put_back(token)` requeues the shard of a dead worker."""
         ray = self._ray
         exceptions = ray.exceptions
@@ -303,7 +307,7 @@ class WorkerPool:
                 return
             token, items = shard
             slot.busy = True
-            ref = slot.handle.run_shard.remote(task, list(items))
+            ref = getattr(slot.handle, method).remote(task, list(items), *extra)
             in_flight[ref] = _InFlight(slot, token, items)
             if self.on_dispatch is not None:
                 self.on_dispatch(slot.stats.name, slot.handle, len(items))

@@ -118,6 +118,11 @@ class ShardCutter:
         self.remaining -= weight
         return shard
 
+    def add(self, group: Group) -> None:
+        """A group read after the cutter was made (a streamed node's next slice): queued last."""
+        self._queues.setdefault(group.home, deque()).append(group)
+        self.remaining += group.weight
+
     def put_back(self, shard: Sequence[Group]) -> None:
         """A shard whose worker died: first in line again."""
         for group in reversed(shard):

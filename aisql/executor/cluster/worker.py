@@ -16,7 +16,7 @@ from typing import Sequence
 from aisql.engine.base import EngineStats, GenerateRequest, ModelInfo, ScoreRequest
 from aisql.engine.model.loader import EngineOptions
 from aisql.executor.answer_store import Answer
-from aisql.executor.evaluate import Prepared, answer_prepared
+from aisql.executor.evaluate import Prepared, answer_prepared, prepare
 from aisql.functions import Task
 
 
@@ -30,9 +30,10 @@ class WorkerInfo:
 
 @dataclass
 class ShardResult:
-    answers: dict[str, Answer]
+    answers: dict[str, Answer] | list[Answer]  # run_texts: in the order of the texts sent
     work: EngineStats  # what the engine computed for this shard
     busy_s: float
+    truncated: int = 0  # run_texts: prompts cut to fit the context (--on-overflow truncate)
 
 
 class EngineWorker:
@@ -60,6 +61,16 @@ class EngineWorker:
         answers = answer_prepared(self.engine, task, items)
         busy = time.perf_counter() - started
         return ShardResult(answers, self.engine.stats.since(before), busy)
+
+    def run_texts(self, task: Task, texts: Sequence[str], on_overflow: str = "error") -> ShardResult:
+        """Answers of one streamed shard: prompt texts, encoded here (chat template, tokenizer) —
+        the work a streamed node keeps off the driver — then run as run_shard runs them."""
+        before = self.engine.stats.copy()
+        started = time.perf_counter()
+        items = prepare(self.engine, task, texts, on_overflow=on_overflow)
+        answers = answer_prepared(self.engine, task, items)
+        busy = time.perf_counter() - started
+        return ShardResult([answers[t] for t in texts], self.engine.stats.since(before), busy, sum(1 for p in items if p.truncated))
 
     def score(self, requests: Sequence[ScoreRequest], reuse: bool) -> tuple[list, EngineStats]:
         before = self.engine.stats.copy()

@@ -1,0 +1,192 @@
+"""Past one driver: an AI join of up to 1M prompts streamed through 2 local Ray workers.
+
+    python benchmarks/stream_scale.py [--pairs 100000,1000000] [--compare 100000] [--check]
+
+Customers x 1,000 products (datagen), `AI.IF(PROMPT('{c.profile} might buy this:
+{p.description}'))`, on the default `tiny` model (2 layers, hidden 64: a real transformer forward,
+small on purpose, so the driver's own work is what is measured). Each configuration runs in a
+fresh process (its peak RSS is its own): a local Ray runtime, the workers started and their model
+loaded before the query is timed, a fresh result cache file. Per configuration: the driver's CPU
+seconds and peak RSS (sampled every 0.2 s during the query, and the kernel's high-water mark),
+wall time, prompts, per-worker prompts and busy time, and the result's digest.
+
+`--compare N`: N pairs also through the non-streamed path (the driver renders, encodes and
+groups every prompt, as before issue 31), for the driver's CPU per prompt before and after.
+`--check`: rows equal to one engine on a sample of anchors (5 customers, all their products) and
+to naive execution on a small slice (2 customers x 20 products), taken from the largest run.
+
+Writes benchmarks/results/stream_scale.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PRODUCTS = 1000
+SQL = "SELECT c.id AS customer, p.id AS product FROM customers c JOIN products p ON AI.IF(PROMPT('{c.profile} might buy this: {p.description}'))"
+
+
+def data(pairs: int):
+    import random
+
+    from datagen import customers, products
+
+    rng = random.Random(0)
+    return {"customers": customers(rng, max(1, pairs // PRODUCTS)), "products": products(rng, PRODUCTS)}
+
+
+def load(con, tables) -> None:
+    for name, table in tables.items():
+        con.duckdb.register(f"__{name}", table)
+        con.duckdb.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM __{name}")
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def one_run(pairs: int, streamed: bool, rows_out: str | None = None) -> dict:
+    """One configuration in this process (run by main in a fresh interpreter)."""
+    import resource
+    import threading
+
+    import ray
+
+    import aisql
+    from aisql.executor.cluster import streamed_input
+    from aisql.executor.cluster.pool import ClusterOptions
+
+    # streamed: whatever the size (the default streams nodes of >= STREAM_AT tuples); else the
+    # sharded path, whose driver encodes every prompt
+    streamed_input.STREAM_AT = 0 if streamed else 1 << 62
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="error", log_to_driver=False)
+    with tempfile.TemporaryDirectory() as scratch:
+        con = aisql.connect(model="tiny", cache=str(Path(scratch) / "answers.sqlite"), cluster=ClusterOptions(workers=2, threads=1))
+        load(con, data(pairs))
+        started = time.perf_counter()
+        con.engine  # start the workers, load the model in each
+        start_s = time.perf_counter() - started
+        baseline = rss_mb()
+        peak, done = [baseline], threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.2):
+                peak.append(rss_mb())
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        cpu, started = time.process_time(), time.perf_counter()
+        result = con.run(SQL, checkpoint_every=1000)
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        done.set()
+        sampler.join()
+        totals = result.stats.totals()
+        node = result.stats.nodes[0]
+        workers = result.stats.workers()
+        busy = [w["busy_s"] for w in workers.values()]
+        prompts = totals["prompts_evaluated"]
+        if rows_out:
+            _write_rows(result.table, rows_out)
+        out = {
+            "pairs": pairs,
+            "path": "streamed" if streamed else "sharded (driver encodes)",
+            "strategy": node.strategy,
+            "start_s": round(start_s, 1),
+            "wall_s": round(wall, 1),
+            "driver_cpu_s": round(cpu, 1),
+            "driver_cpu_s_per_million_prompts": round(cpu / max(1, prompts) * 1e6, 1),
+            "driver_rss_mb_before_query": round(baseline),
+            "driver_rss_mb_peak_sampled": round(max(peak)),
+            "driver_rss_mb_high_water": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "prompts_evaluated": prompts,
+            "computed_tokens": totals["computed_tokens"],
+            "rows_out": result.table.num_rows,
+            "per_worker": workers,
+            "balance_busy": round(sum(busy) / (len(busy) * max(busy)), 4) if busy else None,
+        }
+        con.close()
+    ray.shutdown()
+    return out
+
+
+def _write_rows(table, path: str) -> None:
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, path)
+
+
+def check(pairs: int, rows_path: str) -> dict:
+    """The largest run's rows against one engine (5 customers, all products) and naive (2 x 20)."""
+    import pyarrow.parquet as pq
+
+    import aisql
+
+    got = {(r["customer"], r["product"]) for r in pq.read_table(rows_path).to_pylist()}
+    con = aisql.connect(model="tiny", cache=False)
+    load(con, data(pairs))
+    customers = [r[0] for r in con.duckdb.execute("SELECT id FROM customers ORDER BY hash(id) LIMIT 5").fetchall()]
+    ids = ", ".join(map(repr, customers))
+    one = con.run(SQL + f" WHERE c.id IN ({ids})")
+    one_rows = {(r["customer"], r["product"]) for r in one.table.to_pylist()}
+    mine = {pair for pair in got if pair[0] in set(customers)}
+    small = ", ".join(map(repr, customers[:2]))
+    naive_sql = SQL.replace("FROM customers c JOIN products p", f"FROM (SELECT * FROM customers WHERE id IN ({small})) c JOIN (SELECT * FROM products ORDER BY id LIMIT 20) p")
+    naive = con.run(naive_sql, naive=True)
+    naive_rows = {(r["customer"], r["product"]) for r in naive.table.to_pylist()}
+    product_slice = {r[0] for r in con.duckdb.execute("SELECT id FROM products ORDER BY id LIMIT 20").fetchall()}
+    mine_small = {pair for pair in got if pair[0] in set(customers[:2]) and pair[1] in product_slice}
+    return {
+        "anchors_checked": len(customers),
+        "prompts_checked_one_engine": one.stats.totals()["prompts_total"],
+        "rows_equal_one_engine": one_rows == mine,
+        "prompts_checked_naive": naive.stats.totals()["prompts_total"],
+        "rows_equal_naive": naive_rows == mine_small,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", default="100000,1000000")
+    parser.add_argument("--compare", type=int, default=100_000, help="pairs also run through the non-streamed path (0: none)")
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # pairs,streamed,rows_path: one configuration in this process
+    args = parser.parse_args()
+    if args.one:
+        pairs, streamed, rows = args.one.split(",")
+        print("RESULT " + json.dumps(one_run(int(pairs), streamed == "1", rows or None)), flush=True)
+        return
+    sys.path.insert(0, str(HERE))
+    from common import machine, write
+
+    sizes = [int(p) for p in args.pairs.split(",")]
+    configs = [(p, True) for p in sizes] + ([(args.compare, False)] if args.compare else [])
+    runs = []
+    rows_path = str(Path(tempfile.mkdtemp()) / "rows.parquet")
+    for pairs, streamed in configs:
+        keep = rows_path if streamed and pairs == max(sizes) else ""
+        proc = subprocess.run(
+            [sys.executable, __file__, "--one", f"{pairs},{int(streamed)},{keep}"], capture_output=True, text=True, cwd=HERE
+        )
+        line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
+        if line is None:
+            raise SystemExit(f"configuration {pairs},{streamed} failed:\n{proc.stderr[-3000:]}")
+        runs.append(json.loads(line[len("RESULT "):]))
+        print(json.dumps(runs[-1]), flush=True)
+    result = {"benchmark": "stream_scale", "model": "tiny (2 layers, hidden 64)", "workers": 2, "machine": machine(), "runs": runs}
+    if args.check:
+        result["check"] = check(max(sizes), rows_path)
+        print(json.dumps(result["check"]), flush=True)
+    write("stream_scale", result)
+
+
+if __name__ == "__main__":
+    main()

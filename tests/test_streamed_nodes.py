@@ -1,0 +1,259 @@
+"""A node streamed through a worker pool in slices (issue 31): the input read from DuckDB in
+anchor order a slice at a time, prompts encoded by the workers, answers kept by digest.
+
+No Ray here: the pool is an inline one running a real EngineWorker on the tiny engine in this
+process (tests/test_scale_out.py runs the Ray pool). The product path is the real one —
+NodeRuntime, the streaming driver, the worker's run_texts, the final query's lookups."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from aisql.executor.answer_index import MISSING, AnswerIndex, digest
+from aisql.executor.cluster import streamed_input
+from aisql.executor.cluster.streamed_input import SliceCounts, leading_args, stream_groups
+from aisql.sql.template import parse_template
+
+# ---- the answer index ----------------------------------------------------------------------
+
+
+def test_the_index_keeps_first_answers_and_finds_them_after_merges(monkeypatch):
+    from aisql.executor import answer_index
+
+    monkeypatch.setattr(answer_index, "MERGE_AT_LEAST", 16)
+    index = AnswerIndex()
+    keys = [digest(f"prompt {i}") for i in range(1000)]
+    for start in range(0, 1000, 37):  # many merges of the recent additions into the sorted array
+        batch = keys[start : start + 37]
+        index.add_many(batch, [i % 3 == 0 for i in range(start, start + len(batch))], list(range(start, start + len(batch))))
+    index.add_many(keys[:5], [None] * 5, [0] * 5)  # a key added again keeps its first answer
+    assert len(index) == 1000
+    assert index.get_many(keys) == [i % 3 == 0 for i in range(1000)]
+    assert index.costs(keys[:3] + [digest("never")]) == [0, 1, 2, None]
+    assert index.get_many([digest("never")]) == [MISSING]
+    assert digest("prompt 7") in index and digest("prompt x") not in index
+    assert index.nbytes < 1000 * 64  # tens of bytes a prompt, not its text
+
+
+# ---- slices of prefix groups -----------------------------------------------------------------
+
+
+def _pairs(con, customers: int, products: int) -> str:
+    con.execute(f"CREATE OR REPLACE TABLE c AS SELECT i AS id, 'customer ' || i || ' likes tea' AS profile FROM range({customers}) t(i)")
+    con.execute(f"CREATE OR REPLACE TABLE p AS SELECT i AS id, 'product ' || i AS description FROM range({products}) t(i)")
+    return "SELECT c.profile AS a0, p.description AS a1, count(*) AS n FROM c, p GROUP BY ALL"
+
+
+def test_slices_hold_whole_groups_in_anchor_order():
+    con = duckdb.connect()
+    sql = _pairs(con, 7, 5)
+    template = parse_template("{0} might buy {1}")
+    counts = SliceCounts()
+    slices = list(stream_groups(con, sql, template, 2, leading_args(template, ()), counts, slice_rows=6))  # batches end mid-group
+    groups = [g for s in slices for g in s]
+    assert len(slices) > 1 and counts.rows_in == 35
+    assert [g.lead for g in groups] == sorted({(f"customer {i} likes tea",) for i in range(7)})  # each anchor once: whole
+    assert all(len(g.texts) == 5 and g.texts == sorted(g.texts) for g in groups)
+    assert groups[0].texts[0] == "customer 0 likes tea might buy product 0"
+
+
+def test_a_group_larger_than_a_slice_is_cut_and_nulls_are_counted_not_sent():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT 'same lead' AS a0, CASE WHEN i = 3 THEN NULL ELSE 'tail ' || i END AS a1, 2 AS n FROM range(10) t(i)")
+    template = parse_template("{0}: {1}")
+    counts = SliceCounts()
+    groups = [g for s in stream_groups(con, "SELECT * FROM t", template, 2, (0,), counts, slice_rows=4) for g in s]
+    assert counts.rows_in == 20 and counts.null_rows == 2
+    assert sum(len(g.texts) for g in groups) == 9 and max(len(g.texts) for g in groups) == 4  # memory bounded by a slice
+    assert sum(sum(g.rows) for g in groups) == 18
+
+
+def test_the_lead_is_the_anchor_or_the_opening_placeholder():
+    template = parse_template("Review: {0} -- by {1}")
+    assert leading_args(template, ()) == (0,)
+    assert leading_args(template, (1,)) == (1,)
+    assert streamed_input.ordered_input_sql("SELECT 1", 3, (2,)).endswith("ORDER BY 3, 1, 2")
+
+
+# ---- the product path, on an inline pool -----------------------------------------------------
+
+
+class InlinePool:
+    """WorkerPool's interface, run in this process: two named workers taking shards in turn, each
+    shard run by a real EngineWorker method on the tiny engine."""
+
+    def __init__(self, engine) -> None:
+        from aisql.executor.cluster.worker import EngineWorker, WorkerInfo
+
+        self.worker = EngineWorker.__new__(EngineWorker)
+        self.worker.engine = engine
+        self.worker.load_s = 0.0
+        self.info = WorkerInfo(engine.info, "here", 0, 0.0)
+        self.size = 2
+        self.slots = ["w0", "w1"]
+        self.on_death = None
+        self.shards: list[int] = []
+        self.methods: set[str] = set()
+
+    def run_shards(self, task, next_shard, put_back, on_result, *, method="run_shard", extra=()):
+        turn = 0
+        while True:
+            name = f"w{turn % 2}"
+            turn += 1
+            shard = next_shard(name)
+            if shard is None:
+                return
+            token, items = shard
+            self.shards.append(len(items))
+            self.methods.add(method)
+            on_result(token, getattr(self.worker, method)(task, list(items), *extra), name)
+
+    def call(self, method, *args):
+        return getattr(self.worker, method)(*args), "w0"
+
+    def broadcast(self, method):
+        getattr(self.worker, method)()
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def pooled(tiny_engine, monkeypatch):
+    """A connection whose model runs on an inline two-worker pool; the driver never encodes."""
+    from aisql.api import Connection
+    from aisql.executor.cluster.engine import ClusterEngine
+    from aisql.executor.cluster.pool import ClusterOptions
+
+    def make(cache=False):
+        pool = InlinePool(tiny_engine)
+        engine = ClusterEngine(pool, tiny_engine.facts())
+        con = Connection(engine=engine, cache=cache)
+        con.session.cluster = ClusterOptions(workers=2)
+        tiny_engine.reset_cache()
+        return con, pool
+
+    return make
+
+
+JOIN = "SELECT c.id AS cid, p.id AS pid FROM c JOIN p ON AI.IF(PROMPT('{c.profile} might buy {p.description}')) ORDER BY ALL"
+
+
+def test_a_streamed_join_equals_one_engine_and_naive(pooled, tiny_engine, monkeypatch, make_connection):
+    monkeypatch.setattr(streamed_input, "STREAM_AT", 0)
+    monkeypatch.setattr(streamed_input, "SLICE_ROWS", 16)  # many slices
+    con, pool = pooled()
+    _pairs(con.duckdb, 9, 6)
+    from aisql.executor.cluster.engine import ClusterEngine
+
+    def no_driver_encoding(*args, **kwargs):
+        raise AssertionError("the driver encoded prompts")
+
+    monkeypatch.setattr(ClusterEngine, "encode_prompts", no_driver_encoding)
+    spread = con.run(JOIN, checkpoint_every=4)
+    node = spread.stats.nodes[0]
+    assert node.strategy == "prefetch-sliced" and pool.methods == {"run_texts"} and len(pool.shards) > 2
+
+    single = make_connection()
+    _pairs(single.duckdb, 9, 6)
+    tiny_engine.reset_cache()
+    one = single.run(JOIN)
+    naive = single.run(JOIN, naive=True)
+    assert spread.table == one.table == naive.table
+    totals, reference = spread.stats.totals(), one.stats.totals()
+    for name in ("prompts_total", "prompts_unique", "prompts_evaluated", "logical_tokens"):
+        assert totals[name] == reference[name], name
+    assert node.rows_in == 54 and sum(w["prompts"] for w in spread.stats.workers().values()) == 54
+
+
+def test_texts_alike_across_slices_are_asked_once(pooled, monkeypatch):
+    """Different tuples that render the same text, read in different slices: one prompt."""
+    monkeypatch.setattr(streamed_input, "STREAM_AT", 0)
+    monkeypatch.setattr(streamed_input, "SLICE_ROWS", 2)
+    con, pool = pooled()
+    con.duckdb.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('a b', 'c'), ('a', 'b c'), ('x', 'y'), ('a b', 'c')) v(l, r)")
+    result = con.run("SELECT l, r, AI.IF(PROMPT('{l} {r}')) AS ok FROM t ORDER BY ALL")
+    node = result.stats.nodes[0]
+    assert node.prompts_total == 4 and node.prompts_unique == 2 and node.prompts_evaluated == 2
+    by_text = {}
+    for row in result.table.to_pylist():
+        by_text.setdefault(f"{row['l']} {row['r']}", set()).add(row["ok"])
+    assert all(len(v) == 1 for v in by_text.values())
+    one = con.run("SELECT l, r, AI.IF(PROMPT('{l} {r}')) AS ok FROM t ORDER BY ALL")
+    assert one.table == result.table and one.stats.nodes[0].prompts_evaluated == 0
+
+
+def test_a_rerun_asks_only_the_rest_and_starts_no_worker_when_all_is_cached(pooled, tmp_path, monkeypatch):
+    """The driver stops after 3 shards (a crash, Ctrl-C): what reached it is kept, shard by
+    shard; the rerun asks exactly the rest; a third run is all cache and starts no worker."""
+    monkeypatch.setattr(streamed_input, "STREAM_AT", 0)
+    monkeypatch.setattr(streamed_input, "SLICE_ROWS", 8)
+    cache = str(tmp_path / "answers.sqlite")
+    con, pool = pooled(cache=cache)
+    _pairs(con.duckdb, 6, 5)
+    run_shards = pool.run_shards
+
+    def stop_after_three(task, next_shard, put_back, on_result, **kw):
+        seen = []
+
+        def counting(token, result, name):
+            on_result(token, result, name)
+            seen.append(len(result.answers))
+            if len(seen) == 3:
+                raise KeyboardInterrupt
+
+        run_shards(task, next_shard, put_back, counting, **kw)
+
+    pool.run_shards = stop_after_three
+    with pytest.raises(KeyboardInterrupt):
+        con.run(JOIN, checkpoint_every=4)
+    kept = sum(pool.shards[:3])
+    assert 0 < kept < 30 and con.session.store.committed == kept
+
+    again, _ = pooled(cache=cache)
+    _pairs(again.duckdb, 6, 5)
+    rest = again.run(JOIN, checkpoint_every=4)
+    node = rest.stats.nodes[0]
+    assert node.prompts_cached == kept and node.prompts_evaluated == 30 - kept  # nothing lost, nothing asked twice
+
+    third, pool3 = pooled(cache=cache)
+    _pairs(third.duckdb, 6, 5)
+    cached = third.run(JOIN)
+    assert cached.table == rest.table and cached.stats.nodes[0].prompts_cached == 30 and pool3.shards == []
+
+
+def test_max_prompts_holds_on_a_streamed_node(tiny_engine):
+    """Shards reserve their prompts before they are handed out: exactly the budget is answered."""
+    import threading
+
+    from aisql.executor.answering import Answering, RunOptions
+    from aisql.executor.answer_store import MemoryAnswerStore
+    from aisql.executor.budget import Budget, BudgetExceeded
+    from aisql.executor.cluster.engine import ClusterEngine
+    from aisql.executor.cluster.streaming import answer_streamed
+    from aisql.executor.cluster.streamed_input import StreamedGroup
+
+    store = MemoryAnswerStore()
+    options = RunOptions(budget=Budget(max_prompts=10), checkpoint_every=4)
+    answering = Answering(lambda: None, store, threading.RLock(), options=options)
+    engine = ClusterEngine(InlinePool(tiny_engine), tiny_engine.facts())
+    slices = iter([[StreamedGroup((f"lead {g}",), [f"lead {g} item {i}" for i in range(6)], [1] * 6)] for g in range(5)])
+    task = _score_task(tiny_engine)
+    with pytest.raises(BudgetExceeded) as stop:
+        answer_streamed(answering, lambda: engine, task, slices, key="k", node_id="n1", index=AnswerIndex(), on_answer=lambda a: None)
+    assert len(store) == stop.value.counts.prompts_evaluated == 10
+
+
+def _score_task(engine):
+    from aisql.api import Connection
+
+    con = Connection(engine=engine, cache=False)
+    return con.explain("SELECT AI.IF(PROMPT('{x}')) FROM (SELECT 'a' AS x)").plans[0].nodes[0].call.task
+
+
+def test_small_nodes_keep_the_sharded_path(pooled):
+    con, pool = pooled()
+    _pairs(con.duckdb, 3, 3)
+    result = con.run(JOIN)
+    assert result.stats.nodes[0].strategy == "prefetch" and pool.methods == {"run_shard"}
