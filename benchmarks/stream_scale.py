@@ -1,6 +1,6 @@
 """Past one driver: an AI join of up to 1M prompts streamed through 2 local Ray workers.
 
-    python benchmarks/stream_scale.py [--pairs 100000,1000000] [--compare 100000] [--check]
+    python benchmarks/stream_scale.py [--pairs 100000,1000000] [--compare 100000] [--check] [--kill 100000]
 
 Customers x 1,000 products (datagen), `AI.IF(PROMPT('{c.profile} might buy this:
 {p.description}'))`, on the default `tiny` model (2 layers, hidden 64: a real transformer forward,
@@ -14,6 +14,8 @@ wall time, prompts, per-worker prompts and busy time, and the result's digest.
 groups every prompt, as before issue 31), for the driver's CPU per prompt before and after.
 `--check`: rows equal to one engine on a sample of anchors (5 customers, all their products) and
 to naive execution on a small slice (2 customers x 20 products), taken from the largest run.
+`--kill N`: an N-pair run whose driver is killed (SIGKILL) once 30% of the answers are stored,
+then a rerun on the same result cache: what it finds cached and what it asks again.
 
 Writes benchmarks/results/stream_scale.json.
 """
@@ -54,8 +56,9 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def one_run(pairs: int, streamed: bool, rows_out: str | None = None) -> dict:
-    """One configuration in this process (run by main in a fresh interpreter)."""
+def one_run(pairs: int, streamed: bool, rows_out: str | None = None, cache: str | None = None) -> dict:
+    """One configuration in this process (run by main in a fresh interpreter). `cache`: this
+    result cache file (the kill test), else a fresh one."""
     import resource
     import threading
 
@@ -70,7 +73,7 @@ def one_run(pairs: int, streamed: bool, rows_out: str | None = None) -> dict:
     streamed_input.STREAM_AT = 0 if streamed else 1 << 62
     ray.init(num_cpus=2, include_dashboard=False, logging_level="error", log_to_driver=False)
     with tempfile.TemporaryDirectory() as scratch:
-        con = aisql.connect(model="tiny", cache=str(Path(scratch) / "answers.sqlite"), cluster=ClusterOptions(workers=2, threads=1))
+        con = aisql.connect(model="tiny", cache=cache or str(Path(scratch) / "answers.sqlite"), cluster=ClusterOptions(workers=2, threads=1))
         load(con, data(pairs))
         started = time.perf_counter()
         con.engine  # start the workers, load the model in each
@@ -108,6 +111,7 @@ def one_run(pairs: int, streamed: bool, rows_out: str | None = None) -> dict:
             "driver_rss_mb_peak_sampled": round(max(peak)),
             "driver_rss_mb_high_water": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "prompts_evaluated": prompts,
+            "prompts_cached": totals["prompts_cached"],
             "computed_tokens": totals["computed_tokens"],
             "rows_out": result.table.num_rows,
             "per_worker": workers,
@@ -153,22 +157,67 @@ def check(pairs: int, rows_path: str) -> dict:
     }
 
 
+def stored(cache: str) -> int:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{cache}?mode=ro", uri=True, timeout=30) as db:
+            return db.execute("SELECT count(*) FROM answers").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def kill_and_rerun(pairs: int, at_share: float = 0.3) -> dict:
+    """kill -9 of the driver once `at_share` of the prompts are stored, then a rerun on the same
+    result cache: what the rerun finds, what it asks, and the shards that were in flight."""
+    import signal
+
+    cache = str(Path(tempfile.mkdtemp()) / "answers.sqlite")
+    proc = subprocess.Popen([sys.executable, __file__, "--one", f"{pairs},1,,{cache}"], cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    while proc.poll() is None and stored(cache) < at_share * pairs:
+        time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGKILL)  # the driver only: its workers lose the shards they were running
+    proc.wait()
+    time.sleep(5)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # then the local Ray runtime it had started
+    except ProcessLookupError:
+        pass
+    kept = stored(cache)
+    rerun = subprocess.run([sys.executable, __file__, "--one", f"{pairs},1,,{cache}"], capture_output=True, text=True, cwd=HERE)
+    line = next((l for l in rerun.stdout.splitlines() if l.startswith("RESULT ")), None)
+    if line is None:
+        raise SystemExit(f"the rerun failed:\n{rerun.stderr[-3000:]}")
+    again = json.loads(line[len("RESULT "):])
+    return {
+        "pairs": pairs,
+        "killed_after_stored": kept,
+        "rerun_prompts_cached": again["prompts_cached"],
+        "rerun_prompts_evaluated": again["prompts_evaluated"],
+        "nothing_lost": again["prompts_cached"] == kept,
+        "nothing_asked_twice_after_stored": again["prompts_cached"] + again["prompts_evaluated"] == pairs,
+        "rerun_stored_total": stored(cache),
+        "in_flight_bound": "2 workers x 1 shard (<= 1,000 prompts: --checkpoint-every 1000, groups of 1,000)",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", default="100000,1000000")
     parser.add_argument("--compare", type=int, default=100_000, help="pairs also run through the non-streamed path (0: none)")
     parser.add_argument("--check", action="store_true")
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # pairs,streamed,rows_path: one configuration in this process
+    parser.add_argument("--kill", type=int, default=0, help="pairs of the kill -9 test (0: none)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # pairs,streamed,rows_path[,cache]: one configuration in this process
     args = parser.parse_args()
     if args.one:
-        pairs, streamed, rows = args.one.split(",")
-        print("RESULT " + json.dumps(one_run(int(pairs), streamed == "1", rows or None)), flush=True)
+        pairs, streamed, rows, *cache = args.one.split(",")
+        print("RESULT " + json.dumps(one_run(int(pairs), streamed == "1", rows or None, cache[0] if cache else None)), flush=True)
         return
     sys.path.insert(0, str(HERE))
     from common import machine, write
 
     sizes = [int(p) for p in args.pairs.split(",")]
-    configs = [(p, True) for p in sizes] + ([(args.compare, False)] if args.compare else [])
+    configs = [(p, True) for p in sizes if p] + ([(args.compare, False)] if args.compare else [])
     runs = []
     rows_path = str(Path(tempfile.mkdtemp()) / "rows.parquet")
     for pairs, streamed in configs:
@@ -185,6 +234,9 @@ def main() -> None:
     if args.check:
         result["check"] = check(max(sizes), rows_path)
         print(json.dumps(result["check"]), flush=True)
+    if args.kill:
+        result["kill"] = kill_and_rerun(args.kill)
+        print(json.dumps(result["kill"]), flush=True)
     write("stream_scale", result)
 
 

@@ -257,3 +257,25 @@ def test_small_nodes_keep_the_sharded_path(pooled):
     _pairs(con.duckdb, 3, 3)
     result = con.run(JOIN)
     assert result.stats.nodes[0].strategy == "prefetch" and pool.methods == {"run_shard"}
+
+
+def test_the_writer_process_commits_what_it_was_sent_and_says_errors(tmp_path):
+    from aisql.executor.answer_store import Answer
+    from aisql.executor.cache import CacheError, open_answer_store
+    from aisql.executor.cluster.store_writer import StoreWriter
+
+    path = tmp_path / "answers.sqlite"
+    open_answer_store(str(path)).close()
+    writer = StoreWriter(str(path))
+    for shard in range(5):
+        texts = [f"shard {shard} prompt {i}" for i in range(100)]
+        writer.put("task", texts, [Answer(i % 2 == 0, 10 + i, 0.9, 0.9) for i in range(100)])
+    assert writer.close() == 500
+    store = open_answer_store(str(path))
+    found = store.get_many("task", ["shard 3 prompt 7", "shard 4 prompt 8", "never"])
+    assert found == {"shard 3 prompt 7": Answer(False, 17, 0.9, 0.9), "shard 4 prompt 8": Answer(True, 18, 0.9, 0.9)}
+
+    writer = StoreWriter(str(tmp_path))  # a directory: the writer cannot open it, and the driver hears why
+    with pytest.raises(CacheError, match="is a directory"):
+        writer.put("task", ["x"], [Answer(True, 1)])
+        writer.close()

@@ -104,6 +104,7 @@ def _less_cached(plan, estimate, stats: MeasuredStatistics, store, fingerprint: 
 def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, checkpoint_every: int) -> dict[str, dict]:
     """Each estimable node's prompts cut into shards for `workers` workers, from DuckDB's
     per-anchor counts and the token profile (no prompt rendered): aisql.executor.cluster.shard_plan."""
+    from aisql.executor.cluster import streamed_input
     from aisql.executor.cluster.shard_plan import estimated_groups, node_plan
 
     out: dict[str, dict] = {}
@@ -117,6 +118,8 @@ def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, chec
                 continue
             groups = estimated_groups(sizes, tokens, est.input_factor)
             out[node.id] = node_plan(groups, workers, checkpoint_every, est.plan.time_s or None)
+            # a run streams a node this large through the pool in slices (the driver encodes nothing)
+            out[node.id]["sliced"] = bool(est.prompts_unique and est.prompts_unique >= streamed_input.STREAM_AT)
     return out
 
 

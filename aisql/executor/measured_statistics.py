@@ -126,13 +126,23 @@ class MeasuredStatistics:
         """Distinct prompts per value of the first argument (an AI join's anchor when it leads
         the prompt), in value order: the prefix groups a worker pool keeps whole. None when the
         input depends on AI answers."""
-        if self.input_profile(node) is None:
+        profile = self.input_profile(node)
+        if profile is None:
             return None
         names, not_null = _argument_columns(node)
-        sql = (
-            f"SELECT count(*) FROM ({node.estimate_sql}) AS q WHERE {not_null} "
-            f"GROUP BY {names[0]} ORDER BY {names[0]}"
-        )
+        if profile.distinct_estimated and len(names) > 1:
+            # Too many rows to hold every distinct tuple (a 10M-pair join: GBs): per leading
+            # value, a HyperLogLog sketch of the rest of the tuple, over the rows as they come.
+            rest = ", ".join(names[1:])
+            sql = (
+                f"SELECT approx_count_distinct(hash({rest})) FROM ({self._rows_sql(node)}) AS q WHERE {not_null} "
+                f"GROUP BY {names[0]} ORDER BY {names[0]}"
+            )
+        else:
+            sql = (
+                f"SELECT count(*) FROM ({node.estimate_sql}) AS q WHERE {not_null} "
+                f"GROUP BY {names[0]} ORDER BY {names[0]}"
+            )
         try:
             return [int(row[0]) for row in self.con.execute(sql).fetchall()]
         except duckdb.InterruptException:  # Ctrl-C while DuckDB ran it: a stop, never a fallback

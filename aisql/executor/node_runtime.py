@@ -175,7 +175,7 @@ class NodeRuntime:
         """lookup for a streamed node: each row's text rendered again and found by its digest;
         a tuple the prefetch did not see is asked now, as lookup asks it."""
         render = self.call.template.render
-        texts = [None if any(v is None for v in values) else render(values) for values in rows]
+        texts = [None if None in values else render(values) for values in rows]
         found = self.index.get_many([digest(t) for t in texts if t is not None])
         answers = iter(found)
         values_of = [None if t is None else next(answers) for t in texts]

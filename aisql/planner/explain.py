@@ -235,6 +235,8 @@ def shard_line(plan: dict) -> str:
     )
     if plan.get("expected_s") is not None:
         line += f" · expected ~{_duration(plan['expected_s'])}"
+    if plan.get("sliced"):
+        line += " · read in slices, encoded by the workers"
     return line
 
 

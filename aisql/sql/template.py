@@ -53,13 +53,14 @@ class Template:
         return self.parts[0]
 
     def render(self, values: Sequence[str]) -> str:
-        """Fill the gaps. `values` are already strings (SQL casts them); None never reaches here."""
-        if len(values) != self.arity:
+        """Fill the gaps. `values` are already strings (SQL casts them); None never reaches here.
+        Called once or twice per prompt of a node (millions on a worker pool): kept lean."""
+        if len(values) != len(self.placeholders):
             raise ValueError(f"template expects {self.arity} values, got {len(values)}")
-        out = [self.parts[0]]
-        for slot, part in zip(self.slots, self.parts[1:]):
-            out.append(values[slot])
-            out.append(part)
+        parts = self.parts
+        out = [parts[0]]
+        for slot, part in zip(self.slots, parts[1:]):
+            out += (values[slot], part)
         return "".join(out)
 
     @staticmethod

@@ -80,7 +80,7 @@ def stream_groups(
         current = carried
         for values, count in zip(zip(*columns), rows):
             counts.rows_in += count
-            if any(v is None for v in values):
+            if None in values:
                 counts.null_rows += count
                 continue  # NULL in, NULL out: never reaches the model
             key = tuple(values[i] for i in lead)

@@ -4,8 +4,9 @@ The driver reads the node's input a slice at a time in anchor order (aisql.execu
 streamed_input), renders each distinct tuple's prompt, looks the slice up in the result cache
 and queues what is left as prefix groups; workers pull shards as they free up (the same cutter
 and pool as aisql.executor.sharded), apply the chat template, tokenize and answer them
-(EngineWorker.run_texts). Each shard's answers are stored when they reach the driver — the
-checkpoint — and kept for the final query as digests (aisql.executor.answer_index), not texts.
+(EngineWorker.run_texts). Each shard's answers are handed to the result cache's writer process
+(aisql.executor.cluster.store_writer) when they reach the driver — the checkpoint — and kept for
+the final query as digests (aisql.executor.answer_index), not texts.
 The next slice is read only when the queue runs dry, so the driver holds one slice, the shards
 in flight and ~28 bytes per answered prompt, whatever the node's size.
 
@@ -20,8 +21,10 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from aisql.executor.answer_index import AnswerIndex, digest
 from aisql.executor.answer_store import Answer
+from aisql.executor.cache import SqliteAnswerStore
 from aisql.executor.cluster.engine import ClusterEngine
 from aisql.executor.cluster.shard_plan import Group, ShardCutter
+from aisql.executor.cluster.store_writer import StoreWriter
 from aisql.executor.cluster.streamed_input import StreamedGroup
 from aisql.executor.sharded import ShardBudget, add_shard_counts
 from aisql.functions import Task
@@ -108,7 +111,11 @@ def answer_streamed(
     def on_result(shard, result, worker: str) -> None:
         pairs = [pair for group in shard for pair in group.payload]
         answers: list[Answer] = result.answers
-        store.put_many(key, {text: answer for (text, _), answer in zip(pairs, answers)})  # the checkpoint
+        texts = [text for text, _ in pairs]
+        if writer is not None:  # the checkpoint: committed by the writer process, even if this one dies
+            writer.put(key, texts, answers, replace=store.unreadable_among(key, texts))
+        else:
+            store.put_many(key, dict(zip(texts, answers)))  # the checkpoint
         keys = [k for _, k in pairs]
         index.add_many(keys, [a.value for a in answers], [a.cost for a in answers])
         for k, answer in zip(keys, answers):
@@ -127,7 +134,12 @@ def answer_streamed(
         return counts  # every answer was in the result cache (or in this node already)
     engine = cluster()
     cutter.workers = engine.workers
-    engine.pool.run_shards(task, next_shard, budget.put_back, on_result, method="run_texts", extra=(options.on_overflow,))
+    writer = StoreWriter(store.path) if isinstance(store, SqliteAnswerStore) else None
+    try:
+        engine.pool.run_shards(task, next_shard, budget.put_back, on_result, method="run_texts", extra=(options.on_overflow,))
+    finally:
+        if writer is not None:
+            store.committed += writer.close()  # every answer received is committed before the node ends or stops
     if budget.stopped and (cutter or _has_more(slices)):
         stop = options.budget.stopped()
         stop.counts = counts
