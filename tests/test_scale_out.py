@@ -321,3 +321,68 @@ def test_worker_and_raylet_lines_never_reach_stdout(capsys, monkeypatch):
     ray_worker.print_to_stdstream(line, ignore_prefix=False)
     captured = capsys.readouterr()
     assert captured.out == "" and "A worker died" in captured.err
+
+
+# ---- a large node streamed in slices (issue 31), on the same Ray workers ---------------------
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_streamed_nodes_equal_one_engine_and_naive(pool_con, tiny_engine, data, name, monkeypatch):
+    """Every node streamed (STREAM_AT 0), slices of 16 tuples: the rows of one engine and naive,
+    the same prompts and logical tokens; the workers encoded every prompt (run_texts)."""
+    from aisql.api import Connection
+    from aisql.executor.cluster import streamed_input
+
+    monkeypatch.setattr(streamed_input, "STREAM_AT", 0)
+    monkeypatch.setattr(streamed_input, "SLICE_ROWS", 16)
+    single = Connection(engine=tiny_engine, cache=False)
+    _load(single, data)
+    tiny_engine.reset_cache()
+    one = single.run(QUERIES[name])
+    naive = single.run(QUERIES[name], naive=True)
+    pool_con.engine.reset_cache()
+    pool_con.session.store = open_answer_store(False)
+    spread = pool_con.run(QUERIES[name], checkpoint_every=8)
+    assert _rows(spread) == _rows(one) == _rows(naive)
+    totals, reference = spread.stats.totals(), one.stats.totals()
+    for counted in ("prompts_total", "prompts_unique", "prompts_evaluated", "logical_tokens"):
+        assert totals[counted] == reference[counted], counted
+    assert {n.strategy for n in spread.stats.nodes} <= {"prefetch-sliced", "streaming"}
+    assert sum(w["prompts"] for w in spread.stats.workers().values()) == totals["prompts_evaluated"]
+
+
+def test_a_worker_killed_mid_stream_loses_and_repeats_nothing(pool_con, ray_runtime, tmp_path, monkeypatch):
+    """A streamed node on a result-cache file (its answers committed by the writer process): a
+    worker killed with a shard in flight; every answer is stored exactly once."""
+    import sqlite3
+
+    from aisql.executor.cluster import streamed_input
+
+    monkeypatch.setattr(streamed_input, "STREAM_AT", 0)
+    monkeypatch.setattr(streamed_input, "SLICE_ROWS", 16)
+    query = QUERIES["Q2_reviews"]
+    pool_con.session.store = open_answer_store(False)
+    reference = pool_con.run(query)
+    pool_con.engine.reset_cache()
+    path = tmp_path / "answers.sqlite"
+    pool_con.session.store = open_answer_store(str(path))
+    pool = pool_con.session.pool
+    dispatched, killed = [], []
+
+    def kill_the_third(name, actor, prompts):
+        dispatched.append(name)
+        if len(dispatched) == 3:
+            killed.append(name)
+            ray_runtime.kill(actor)
+
+    pool.on_dispatch = kill_the_third
+    try:
+        result = pool_con.run(query, checkpoint_every=8)
+    finally:
+        pool.on_dispatch = None
+    assert killed and _rows(result) == _rows(reference)
+    evaluated = result.stats.totals()["prompts_evaluated"]
+    assert evaluated == reference.stats.totals()["prompts_evaluated"]
+    stored = sqlite3.connect(path).execute("SELECT count(*), count(DISTINCT key) FROM answers").fetchone()
+    assert stored == (evaluated, evaluated) and pool_con.session.store.committed == evaluated
+    pool.wait_ready()
