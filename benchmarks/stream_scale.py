@@ -73,7 +73,11 @@ def one_run(pairs: int, streamed: bool, rows_out: str | None = None, cache: str 
     streamed_input.STREAM_AT = 0 if streamed else 1 << 62
     ray.init(num_cpus=2, include_dashboard=False, logging_level="error", log_to_driver=False)
     with tempfile.TemporaryDirectory() as scratch:
-        con = aisql.connect(model="tiny", cache=cache or str(Path(scratch) / "answers.sqlite"), cluster=ClusterOptions(workers=2, threads=1))
+        # each worker's prefix KV cache at 256 MB (its default, a quarter of free memory per
+        # worker, is for a machine the workers have to themselves)
+        con = aisql.connect(
+            model="tiny", cache=cache or str(Path(scratch) / "answers.sqlite"), cluster=ClusterOptions(workers=2, threads=1), kv_budget=256 << 20
+        )
         load(con, data(pairs))
         started = time.perf_counter()
         con.engine  # start the workers, load the model in each

@@ -42,7 +42,11 @@ def test_the_index_keeps_first_answers_and_finds_them_after_merges(monkeypatch):
 def _pairs(con, customers: int, products: int) -> str:
     con.execute(f"CREATE OR REPLACE TABLE c AS SELECT i AS id, 'customer ' || i || ' likes tea' AS profile FROM range({customers}) t(i)")
     con.execute(f"CREATE OR REPLACE TABLE p AS SELECT i AS id, 'product ' || i AS description FROM range({products}) t(i)")
-    return "SELECT c.profile AS a0, p.description AS a1, count(*) AS n FROM c, p GROUP BY ALL"
+    # the planner's shape of a node's input (aisql.planner.inputs)
+    return (
+        "SELECT __aisql_a0, __aisql_a1, COUNT(*) AS __aisql_n FROM (SELECT c.profile AS __aisql_a0, "
+        "p.description AS __aisql_a1 FROM c, p) AS __aisql_input GROUP BY __aisql_a0, __aisql_a1"
+    )
 
 
 def test_slices_hold_whole_groups_in_anchor_order():
@@ -50,7 +54,7 @@ def test_slices_hold_whole_groups_in_anchor_order():
     sql = _pairs(con, 7, 5)
     template = parse_template("{0} might buy {1}")
     counts = SliceCounts()
-    slices = list(stream_groups(con, sql, template, 2, leading_args(template, ()), counts, slice_rows=6))  # batches end mid-group
+    slices = list(stream_groups(con, sql, template, 2, leading_args(template, ()), counts, slice_rows=6, total=35))  # ranges, batches mid-group
     groups = [g for s in slices for g in s]
     assert len(slices) > 1 and counts.rows_in == 35
     assert [g.lead for g in groups] == sorted({(f"customer {i} likes tea",) for i in range(7)})  # each anchor once: whole
@@ -67,6 +71,21 @@ def test_a_group_larger_than_a_slice_is_cut_and_nulls_are_counted_not_sent():
     assert counts.rows_in == 20 and counts.null_rows == 2
     assert sum(len(g.texts) for g in groups) == 9 and max(len(g.texts) for g in groups) == 4  # memory bounded by a slice
     assert sum(sum(g.rows) for g in groups) == 18
+
+
+def test_ranges_of_the_lead_cover_the_input_once_in_order():
+    from aisql.executor.cluster.streamed_input import slice_ranges
+
+    con = duckdb.connect()
+    sql = _pairs(con, 50, 4)
+    con.execute("INSERT INTO c VALUES (99, NULL)")
+    ranges = slice_ranges(con, sql, (0,), total=204, slice_rows=40)
+    assert 4 <= len(ranges) <= 7 and ranges[-1][0].endswith("IS NULL")
+    seen = []
+    for where, params in ranges:
+        seen += [r[0] for r in con.sql(f"SELECT * FROM ({sql}) AS q{where} ORDER BY 1, 2", params=params).fetchall()]
+    assert seen == sorted(seen, key=lambda v: (v is None, v or "")) and len(seen) == 204  # each tuple once, in order
+    assert slice_ranges(con, sql, (0,), total=30, slice_rows=40) == [("", [])]
 
 
 def test_the_lead_is_the_anchor_or_the_opening_placeholder():

@@ -24,7 +24,7 @@ from aisql.planner.statistics import DEFAULT_SELECTIVITY, GroupsProfile, InputPr
 
 TOKEN_SAMPLE = 48
 EXACT_SECONDS = 1.0  # explain tokenizes a node's every distinct prompt when that takes about this long or less
-EXACT_DISTINCT_ROWS = 2_000_000  # inputs with more rows have their distinct prompts estimated (HyperLogLog)
+EXACT_DISTINCT_ROWS = 250_000  # inputs with more rows have their distinct prompts estimated (HyperLogLog): an exact count builds a hash table of every tuple in the driver (a 1M-pair join: ~0.8 GB DuckDB keeps)
 TIMING_PROMPTS = 64  # prompts tokenized to measure how long the rest would take
 SELECTIVITY_SAMPLE = 32
 

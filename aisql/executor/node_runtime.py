@@ -72,7 +72,7 @@ class NodeRuntime:
 
         if not self.answering.pooled() or kind_of(self.task).groups or self.options.targets_for(self.call) is not None:
             return None
-        total = streamed_input.count_input(con, self.node.input_sql)
+        total = streamed_input.count_input(con, self.node.input_sql, self.call.arity)
         return total if total >= streamed_input.STREAM_AT else None
 
     def prefetch_streamed(self, con: duckdb.DuckDBPyConnection, total: int) -> None:
@@ -85,7 +85,7 @@ class NodeRuntime:
         self.stats.strategy = "prefetch-sliced"  # said in --stats-json: this node streamed in slices through the pool
         read = SliceCounts()
         lead = leading_args(self.call.template, self.node.anchor_args)
-        slices = stream_groups(con, self.node.input_sql, self.call.template, self.call.arity, lead, read)
+        slices = stream_groups(con, self.node.input_sql, self.call.template, self.call.arity, lead, read, total=total)
         self.index = AnswerIndex()
         node_id, description = self.node.id, self.call.describe()
 

@@ -149,7 +149,8 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
             # then against the sampled plan that will run.
             with stats.sampling_paused():  # the checks too: nothing is paid before they pass
                 unsampled = plan_statement(bound, PlanningContext(stats))
-                check_held_prompts(unsampled, stats)
+                if not streams_nodes(session):
+                    check_held_prompts(unsampled, stats)
                 if budget is not None:
                     check_plan(unsampled, stats, session, profile, budget, where)
         plan = plan_statement(bound, PlanningContext(stats))
@@ -186,6 +187,15 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
 
 
 MAX_HELD_PROMPTS = 10_000_000  # distinct prompts of one node a planned run holds in memory
+
+
+def streams_nodes(session: ModelSession) -> bool:
+    """Large nodes stream through a worker pool into a result-cache file (aisql.executor.cluster.
+    streaming): the driver holds ~28 bytes per prompt, not its text, so MAX_HELD_PROMPTS does not
+    apply. Without a cache file the answers (and texts) are held in memory."""
+    from aisql.executor.cache import SqliteAnswerStore
+
+    return session.cluster is not None and isinstance(session.store, SqliteAnswerStore)
 
 
 def check_held_prompts(plan, stats: MeasuredStatistics) -> None:

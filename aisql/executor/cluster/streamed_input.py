@@ -2,11 +2,12 @@
 
 The non-streamed path (aisql.executor.sharded) reads a node's whole input, renders and encodes
 every prompt on the driver and cuts prefix groups from token ids: memory and driver time grow
-with the node. Here DuckDB orders the distinct argument tuples by the arguments that lead the
-prompt (an AI join's anchor table first), and a record batch of SLICE_ROWS tuples at a time
-becomes rendered texts grouped by those leading values — the prefix groups, formed from values
-DuckDB already grouped, with no token id on the driver. A group cut by a slice's end is carried
-into the next slice, so groups stay whole.
+with the node. Here the input is read in ranges of its leading column (an AI join's anchor),
+each about SLICE_ROWS distinct tuples (slice_ranges): DuckDB groups and orders one range at a
+time by the arguments that lead the prompt, and a record batch at a time becomes rendered texts
+grouped by those leading values — the prefix groups, formed from values DuckDB already grouped,
+with no token id on the driver. A group cut by a batch's end is carried into the next, so
+groups stay whole (one larger than a slice is cut, to bound memory).
 
 The driver renders (the result cache is keyed by the text, so a rerun or a single-engine run
 finds the same answers) but never encodes: workers apply the chat template and tokenize.
@@ -23,6 +24,7 @@ from aisql.sql.template import Template
 
 SLICE_ROWS = 20_000  # tuples per record batch: bounds the driver's memory for the input
 STREAM_AT = 50_000  # a node of this many distinct tuples or more streams (on a worker pool)
+LEAD_SAMPLE = 4096  # leading values sampled to cut the input into ranges
 
 
 @dataclass
@@ -55,25 +57,87 @@ def leading_args(template: Template, anchor_args: Sequence[int]) -> tuple[int, .
     return (template.slots[0],) if template.slots else ()
 
 
-def ordered_input_sql(input_sql: str, arity: int, lead: Sequence[int]) -> str:
+def ordered_input_sql(input_sql: str, arity: int, lead: Sequence[int], where: str = "") -> str:
     """The node's input (arity argument columns, then the row count) ordered so that a group's
     tuples are consecutive: leading arguments first, then the others in column order."""
     order = [i + 1 for i in lead] + [i + 1 for i in range(arity) if i not in lead]
-    return f"SELECT * FROM ({input_sql}) AS node_input ORDER BY {', '.join(map(str, order)) or '1'}"
+    return f"SELECT * FROM ({input_sql}) AS node_input{where} ORDER BY {', '.join(map(str, order)) or '1'}"
 
 
-def count_input(con: duckdb.DuckDBPyConnection, input_sql: str) -> int:
-    """The node's distinct tuples (what progress counts toward), without reading them."""
-    return int(con.execute(f"SELECT count(*) FROM ({input_sql}) AS node_input").fetchall()[0][0])
+def slice_ranges(con: duckdb.DuckDBPyConnection, input_sql: str, lead: Sequence[int], total: int, slice_rows: int) -> list[tuple[str, list]]:
+    """WHERE clauses (with their parameters) cutting the node's input into ranges of its first
+    leading column, about `slice_rows` distinct tuples each, in order, NULLs last.
+
+    Why ranges: DuckDB groups and orders a whole input before its first row comes out — for a
+    1M-pair join, ~600 MB inside the driver. A range of the anchor column is pushed down to the
+    anchor table's scan, so each range's query groups and orders only its own rows. The cuts come
+    from a reservoir sample of the column over the input's rows as they stream (no hash table)."""
+    if total <= slice_rows or not lead:
+        return [("", [])]
+    from aisql.planner.inputs import ungrouped_input_sql
+    from aisql.planner.plan import ARG_PREFIX
+
+    column = f"{ARG_PREFIX}{lead[0]}"
+    rows_sql = ungrouped_input_sql(input_sql)
+    try:
+        picked = con.execute(
+            f"SELECT {column} FROM ({rows_sql}) AS q WHERE {column} IS NOT NULL USING SAMPLE reservoir({LEAD_SAMPLE} ROWS) REPEATABLE (7)"
+        ).fetchall()
+    except duckdb.InterruptException:
+        raise KeyboardInterrupt from None
+    except duckdb.Error:  # an input the row-by-row rewrite cannot take: one range (DuckDB orders it all)
+        return [("", [])]
+    values = sorted(row[0] for row in picked)
+    slices = -(-total // slice_rows)
+    cuts = sorted({values[len(values) * i // slices] for i in range(1, slices)} - {values[0]} if values else set())
+    ranges: list[tuple[str, list]] = []
+    low = None
+    for cut in cuts + [None]:
+        conditions, params = [], []
+        if low is not None:
+            conditions.append(f"{column} >= ?")
+            params.append(low)
+        if cut is not None:
+            conditions.append(f"{column} < ?")
+            params.append(cut)
+        ranges.append((" WHERE " + " AND ".join(conditions) if conditions else f" WHERE {column} IS NOT NULL", params))
+        low = cut
+    ranges.append((f" WHERE {column} IS NULL", []))
+    return ranges
+
+
+def count_input(con: duckdb.DuckDBPyConnection, input_sql: str, arity: int) -> int:
+    """About how many distinct tuples the node has (whether it streams, how many ranges it is
+    read in, what progress counts toward): a HyperLogLog sketch over its rows as they stream —
+    counting them exactly would build the hash table of every tuple that slicing avoids."""
+    from aisql.planner.inputs import ungrouped_input_sql
+    from aisql.planner.plan import ARG_PREFIX
+
+    columns = ", ".join(f"{ARG_PREFIX}{i}" for i in range(arity))
+    try:
+        sql = f"SELECT approx_count_distinct(hash({columns})) FROM ({ungrouped_input_sql(input_sql)}) AS node_rows"
+        return int(con.execute(sql).fetchall()[0][0] or 0)
+    except duckdb.InterruptException:
+        raise KeyboardInterrupt from None
+    except duckdb.Error:  # an input the row-by-row rewrite cannot take: counted exactly
+        return int(con.execute(f"SELECT count(*) FROM ({input_sql}) AS node_input").fetchall()[0][0])
 
 
 def stream_groups(
-    con: duckdb.DuckDBPyConnection, input_sql: str, template: Template, arity: int, lead: Sequence[int], counts: SliceCounts, slice_rows: int = SLICE_ROWS
+    con: duckdb.DuckDBPyConnection,
+    input_sql: str,
+    template: Template,
+    arity: int,
+    lead: Sequence[int],
+    counts: SliceCounts,
+    slice_rows: int | None = None,
+    total: int = 0,
 ) -> Iterator[list[StreamedGroup]]:
-    """Slices of whole prefix groups, in order. `counts` is updated as rows are read."""
-    reader = con.sql(ordered_input_sql(input_sql, arity, lead)).to_arrow_reader(slice_rows)
+    """Slices of whole prefix groups, in order. `counts` is updated as rows are read. `total`
+    (the node's distinct tuples) decides how many ranges the input is read in (slice_ranges)."""
+    slice_rows = slice_rows or SLICE_ROWS
     carried: StreamedGroup | None = None
-    for batch in reader:
+    for batch in _batches(con, input_sql, arity, lead, total, slice_rows):
         columns = [batch.column(i).to_pylist() for i in range(arity)]
         rows = batch.column(arity).to_pylist()
         groups: list[StreamedGroup] = []
@@ -95,3 +159,9 @@ def stream_groups(
             yield groups
     if carried is not None:
         yield [carried]
+
+
+def _batches(con, input_sql: str, arity: int, lead: Sequence[int], total: int, slice_rows: int):
+    """Record batches of the ordered input, range by range."""
+    for where, params in slice_ranges(con, input_sql, lead, total, slice_rows):
+        yield from con.sql(ordered_input_sql(input_sql, arity, lead, where), params=params).to_arrow_reader(slice_rows)
