@@ -1,6 +1,8 @@
 """Past one driver: an AI join of up to 1M prompts streamed through 2 local Ray workers.
 
     python benchmarks/stream_scale.py [--pairs 100000,1000000] [--compare 100000] [--check] [--kill 100000]
+    python benchmarks/stream_scale.py --small after     # Q1-Q4 at scale 0.25 on 2 workers
+    python benchmarks/stream_scale.py --pairs 0 --compare 0 --explain 10000000   # explain's time alone
 
 Customers x 1,000 products (datagen), `AI.IF(PROMPT('{c.profile} might buy this:
 {p.description}'))`, on the default `tiny` model (2 layers, hidden 64: a real transformer forward,
@@ -8,7 +10,7 @@ small on purpose, so the driver's own work is what is measured). Each configurat
 fresh process (its peak RSS is its own): a local Ray runtime, the workers started and their model
 loaded before the query is timed, a fresh result cache file. Per configuration: the driver's CPU
 seconds and peak RSS (sampled every 0.2 s during the query, and the kernel's high-water mark),
-wall time, prompts, per-worker prompts and busy time, and the result's digest.
+wall time, prompts, per-worker prompts and busy time.
 
 `--compare N`: N pairs also through the non-streamed path (the driver renders, encodes and
 groups every prompt, as before issue 31), for the driver's CPU per prompt before and after.
@@ -205,12 +207,49 @@ def kill_and_rerun(pairs: int, at_share: float = 0.3) -> dict:
     }
 
 
+def small_queries(label: str, repeat: int = 3) -> dict:
+    """run.py's Q1-Q4 at datagen scale 0.25 on 2 local workers (tiny), each the fastest of
+    `repeat` runs from an empty result cache and empty worker caches: what the streaming change
+    costs small queries (run this script with PYTHONPATH at an older checkout for 'before')."""
+    import ray
+
+    import aisql
+    from aisql.executor.cache import open_answer_store
+    from aisql.executor.cluster.pool import ClusterOptions
+    from datagen import tables
+    from run import QUERIES
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="error", log_to_driver=False)
+    con = aisql.connect(model="tiny", cache=False, cluster=ClusterOptions(workers=2, threads=1))
+    load(con, tables(scale=0.25))
+    con.engine
+    out = {"label": label, "aisql": aisql.__file__, "queries": {}}
+    for name, sql in sorted(QUERIES.items()):
+        best = None
+        for _ in range(repeat):
+            con.session.store = open_answer_store(False)
+            con.engine.reset_cache()
+            started = time.perf_counter()
+            result = con.run(sql)
+            wall = time.perf_counter() - started
+            if best is None or wall < best["wall_s"]:
+                totals = result.stats.totals()
+                best = {"wall_s": round(wall, 3), "prompts_evaluated": totals["prompts_evaluated"], "computed_tokens": totals["computed_tokens"], "rows": result.table.num_rows}
+        out["queries"][name] = best
+        print(name, json.dumps(best), flush=True)
+    con.close()
+    ray.shutdown()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", default="100000,1000000")
     parser.add_argument("--compare", type=int, default=100_000, help="pairs also run through the non-streamed path (0: none)")
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--kill", type=int, default=0, help="pairs of the kill -9 test (0: none)")
+    parser.add_argument("--explain", type=int, default=0, help="pairs of the simulated plan timed (scale_out.simulated: explain --workers 64, smollm2's shape; 0: none)")
+    parser.add_argument("--small", metavar="LABEL", help="only Q1-Q4 at scale 0.25 on 2 workers, written to results/stream_small_LABEL.json")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # pairs,streamed,rows_path[,cache]: one configuration in this process
     args = parser.parse_args()
     if args.one:
@@ -219,6 +258,10 @@ def main() -> None:
         return
     sys.path.insert(0, str(HERE))
     from common import machine, write
+
+    if args.small:
+        write(f"stream_small_{args.small}", dict(small_queries(args.small), machine=machine()))
+        return
 
     sizes = [int(p) for p in args.pairs.split(",")]
     configs = [(p, True) for p in sizes if p] + ([(args.compare, False)] if args.compare else [])
@@ -241,7 +284,11 @@ def main() -> None:
     if args.kill:
         result["kill"] = kill_and_rerun(args.kill)
         print(json.dumps(result["kill"]), flush=True)
-    write("stream_scale", result)
+    if args.explain:
+        from scale_out import simulated
+
+        result["explain"] = simulated(args.explain, 64, "smollm2")
+    write("stream_scale" if runs else "stream_scale_explain", result)  # explain alone never overwrites the runs
 
 
 if __name__ == "__main__":

@@ -266,19 +266,7 @@ def test_a_worker_killed_mid_query_loses_and_repeats_nothing(pool_con, ray_runti
 
     store.put_many = counting_put_many
     pool = pool_con.session.pool
-    dispatched, killed = [], []
-
-    def kill_the_third(name, actor, prompts):
-        dispatched.append(name)
-        if len(dispatched) == 3:  # the shard just handed out is still running: kill its worker
-            killed.append(name)
-            ray_runtime.kill(actor)
-
-    pool.on_dispatch = kill_the_third
-    try:
-        result = pool_con.run(query, checkpoint_every=8)
-    finally:
-        pool.on_dispatch = None
+    result, killed = _run_killing_the_third_shards_worker(pool_con, ray_runtime, query)
     assert killed and _rows(result) == _rows(reference)
     evaluated = result.stats.totals()["prompts_evaluated"]
     assert evaluated == reference.stats.totals()["prompts_evaluated"]
@@ -290,6 +278,25 @@ def test_a_worker_killed_mid_query_loses_and_repeats_nothing(pool_con, ray_runti
     assert all(s.alive for s in pool.slots)
     again = pool_con.run(QUERIES["Q3_classify"])
     assert again.table.num_rows > 0
+
+
+def _run_killing_the_third_shards_worker(pool_con, ray_runtime, query):
+    """`query` on the pool, the worker of the third shard handed out killed while it runs it:
+    the result and the killed worker's name (in a list, empty if no third shard came)."""
+    pool = pool_con.session.pool
+    dispatched, killed = [], []
+
+    def kill_the_third(name, actor, prompts):
+        dispatched.append(name)
+        if len(dispatched) == 3:  # the shard just handed out is still running: kill its worker
+            killed.append(name)
+            ray_runtime.kill(actor)
+
+    pool.on_dispatch = kill_the_third
+    try:
+        return pool_con.run(query, checkpoint_every=8), killed
+    finally:
+        pool.on_dispatch = None
 
 
 def test_max_prompts_holds_with_shards_in_flight(pool_con):
@@ -367,19 +374,7 @@ def test_a_worker_killed_mid_stream_loses_and_repeats_nothing(pool_con, ray_runt
     path = tmp_path / "answers.sqlite"
     pool_con.session.store = open_answer_store(str(path))
     pool = pool_con.session.pool
-    dispatched, killed = [], []
-
-    def kill_the_third(name, actor, prompts):
-        dispatched.append(name)
-        if len(dispatched) == 3:
-            killed.append(name)
-            ray_runtime.kill(actor)
-
-    pool.on_dispatch = kill_the_third
-    try:
-        result = pool_con.run(query, checkpoint_every=8)
-    finally:
-        pool.on_dispatch = None
+    result, killed = _run_killing_the_third_shards_worker(pool_con, ray_runtime, query)
     assert killed and _rows(result) == _rows(reference)
     evaluated = result.stats.totals()["prompts_evaluated"]
     assert evaluated == reference.stats.totals()["prompts_evaluated"]

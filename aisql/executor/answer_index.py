@@ -57,8 +57,21 @@ class AnswerIndex:
             self._merge()
 
     def get_many(self, keys: Sequence[bytes]) -> list[Any]:
-        """The values of `keys`, MISSING where none was added."""
-        return [MISSING if at is None else self._values[at[0]] for at in self._positions(keys)]
+        """The values of `keys`, MISSING where none was added (the final query's lookups: a
+        vector of rows at a time, vectorised over the sorted array)."""
+        out: list[Any] = [MISSING] * len(keys)
+        values, recent, rest = self._values, self._recent, []
+        for i, key in enumerate(keys):
+            found = recent.get(key)
+            if found is not None:
+                out[i] = values[found[0]]
+            else:
+                rest.append(i)
+        if rest and len(self._keys):
+            at, hit = self._search([keys[i] for i in rest])
+            for i, code in zip(np.asarray(rest)[hit].tolist(), self._codes[at[hit]].tolist()):
+                out[i] = values[code]
+        return out
 
     def costs(self, keys: Sequence[bytes]) -> list[int | None]:
         """The answers' costs of `keys`, None where none was added."""
@@ -78,14 +91,19 @@ class AnswerIndex:
             else:
                 rest.append(i)
         if rest and len(self._keys):
-            wanted = np.frombuffer(b"".join(keys[i] for i in rest), dtype="V16")
-            at = np.searchsorted(self._keys, wanted)
-            inside = at < len(self._keys)
-            hit = np.zeros(len(rest), dtype=bool)
-            hit[inside] = self._keys[at[inside]] == wanted[inside]
-            for j in np.flatnonzero(hit):
-                out[rest[j]] = (int(self._codes[at[j]]), int(self._costs[at[j]]))
+            at, hit = self._search([keys[i] for i in rest])
+            found = zip(np.asarray(rest)[hit].tolist(), self._codes[at[hit]].tolist(), self._costs[at[hit]].tolist())
+            for i, code, cost in found:
+                out[i] = (code, cost)
         return out
+
+    def _search(self, keys: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of `keys` in the sorted array, and which of them are there."""
+        wanted = np.frombuffer(b"".join(keys), dtype="V16")
+        at = np.searchsorted(self._keys, wanted)
+        hit = at < len(self._keys)
+        hit[hit] = self._keys[at[hit]] == wanted[hit]
+        return at, hit
 
     def _code(self, value: Any) -> int:
         try:
