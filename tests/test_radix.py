@@ -215,3 +215,27 @@ def test_the_eviction_policy_reaches_the_engine_from_its_options():
     from aisql.engine.kv.eviction import LeastRecentlyUsed
 
     assert isinstance(load_engine("tiny", EngineOptions(kv_eviction="lru")).radix.policy, LeastRecentlyUsed)
+
+
+def test_a_full_cache_of_many_leaves_evicts_in_slices_not_per_insert():
+    """evict() orders every KV leaf; called for each insert of a full cache with thousands of
+    leaves it made a long stream of prompts quadratic (a 2-worker benchmark slowed ~100x)."""
+    import random
+
+    from aisql.engine.kv import radix
+
+    cache = RadixCache(budget_bytes=40_000 * BYTES_PER_TOKEN, bytes_per_token=BYTES_PER_TOKEN)
+    calls = []
+    evict = cache.evict
+    cache.evict = lambda need, protect=None: (calls.append(need), evict(need, protect))[1]
+    rng = random.Random(0)
+    inserts = 0
+    for _ in range(60):
+        lead = [rng.randrange(1000) for _ in range(30)]
+        for _ in range(40):
+            chain = cache.insert(lead + [rng.randrange(1000) for _ in range(20)])
+            cache.insert_kv(chain, lambda start, end: [])
+            inserts += 1
+    assert len(cache._kv_leaves) > radix.BATCH_EVICTION_LEAVES and cache.stats.evicted_bytes > 0
+    assert 0 < len(calls) < inserts / 50  # one eviction frees room for many inserts
+    assert cache.used_bytes <= cache.budget_bytes
