@@ -93,9 +93,12 @@ def one_run(pairs: int, streamed: bool, rows_out: str | None = None, cache: str 
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu, started = time.process_time(), time.perf_counter()
         result = con.run(SQL, checkpoint_every=1000)
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the cache's writer process, ended with the node
+        writer_cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
         done.set()
         sampler.join()
         totals = result.stats.totals()
@@ -113,6 +116,8 @@ def one_run(pairs: int, streamed: bool, rows_out: str | None = None, cache: str 
             "wall_s": round(wall, 1),
             "driver_cpu_s": round(cpu, 1),
             "driver_cpu_s_per_million_prompts": round(cpu / max(1, prompts) * 1e6, 1),
+            "writer_process_cpu_s": round(writer_cpu, 1),
+            "writer_process_cpu_s_per_million_prompts": round(writer_cpu / max(1, prompts) * 1e6, 1),
             "driver_rss_mb_before_query": round(baseline),
             "driver_rss_mb_peak_sampled": round(max(peak)),
             "driver_rss_mb_high_water": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
