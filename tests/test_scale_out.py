@@ -205,15 +205,7 @@ def pool_con(ray_runtime, data):
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_benchmark_queries_equal_one_engine_and_naive(pool_con, tiny_engine, data, name):
-    from aisql.api import Connection
-
-    single = Connection(engine=tiny_engine, cache=False)
-    _load(single, data)
-    tiny_engine.reset_cache()
-    one = single.run(QUERIES[name])
-    naive = single.run(QUERIES[name], naive=True)
-    pool_con.engine.reset_cache()
-    pool_con.session.store = open_answer_store(False)
+    one, naive = _one_engine_and_naive(pool_con, tiny_engine, data, QUERIES[name])
     seen = []
     ledger_add = pool_con.engine.ledger.add
     pool_con.engine.ledger.add = lambda worker, seqs: (seen.extend(seqs), ledger_add(worker, seqs))[1]
@@ -236,6 +228,20 @@ def test_benchmark_queries_equal_one_engine_and_naive(pool_con, tiny_engine, dat
         # instruction and framing), once per extra worker.
         shared = min(_common(a, b) for a, b in zip(sorted(seen), sorted(seen)[1:]))
         assert len(workers) == 2 and recompute == shared
+
+
+def _one_engine_and_naive(pool_con, tiny_engine, data, sql):
+    """`sql` on one tiny engine, planned and naive; then the pool's caches emptied for the run
+    compared with them."""
+    from aisql.api import Connection
+
+    single = Connection(engine=tiny_engine, cache=False)
+    _load(single, data)
+    tiny_engine.reset_cache()
+    one, naive = single.run(sql), single.run(sql, naive=True)
+    pool_con.engine.reset_cache()
+    pool_con.session.store = open_answer_store(False)
+    return one, naive
 
 
 def trie_tokens(sequences) -> int:
@@ -337,18 +343,11 @@ def test_worker_and_raylet_lines_never_reach_stdout(capsys, monkeypatch):
 def test_streamed_nodes_equal_one_engine_and_naive(pool_con, tiny_engine, data, name, monkeypatch):
     """Every node streamed (STREAM_AT 0), slices of 16 tuples: the rows of one engine and naive,
     the same prompts and logical tokens; the workers encoded every prompt (run_texts)."""
-    from aisql.api import Connection
     from aisql.executor.cluster import streamed_input
 
     monkeypatch.setattr(streamed_input, "STREAM_AT", 0)
     monkeypatch.setattr(streamed_input, "SLICE_ROWS", 16)
-    single = Connection(engine=tiny_engine, cache=False)
-    _load(single, data)
-    tiny_engine.reset_cache()
-    one = single.run(QUERIES[name])
-    naive = single.run(QUERIES[name], naive=True)
-    pool_con.engine.reset_cache()
-    pool_con.session.store = open_answer_store(False)
+    one, naive = _one_engine_and_naive(pool_con, tiny_engine, data, QUERIES[name])
     spread = pool_con.run(QUERIES[name], checkpoint_every=8)
     assert _rows(spread) == _rows(one) == _rows(naive)
     totals, reference = spread.stats.totals(), one.stats.totals()
