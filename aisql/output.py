@@ -385,6 +385,9 @@ def print_summary(result, output: str | None) -> None:
         each = ", ".join(
             f"{name} {w['prompts']:,} prompts / {w['computed_tokens']:,} tokens / busy {w['busy_s']:.2f} s" for name, w in workers.items()
         )
-        recompute = sum(n.prefix_recompute_tokens for n in result.stats.nodes)
+        recompute = f"{sum(n.prefix_recompute_tokens for n in result.stats.nodes):,}"
+        if any(n.strategy == "prefetch-sliced" for n in result.stats.nodes):
+            # a streamed node's token ids never reach the driver: its ledger cannot count them
+            recompute += " (not counted for nodes streamed in slices)"
         deaths = "".join(f" · {w['name']} died {w['deaths']}x (its shards went to others; replaced)" for w in result.stats.worker_pool if w["deaths"])
-        stderr.print("[dim]" + escape(f"workers: {each} · prefix tokens computed on more than one worker: {recompute:,}{deaths}") + "[/dim]")
+        stderr.print("[dim]" + escape(f"workers: {each} · prefix tokens computed on more than one worker: {recompute}{deaths}") + "[/dim]")
