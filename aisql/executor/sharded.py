@@ -36,7 +36,7 @@ def evaluate_sharded(
     budget = ShardBudget(options.budget, cutter)
 
     def next_shard(worker: str):
-        shard = budget.fit(cutter.next(worker))
+        shard = budget.next(worker)
         return None if shard is None else (shard, [p for group in shard for p in group.payload])
 
     def on_result(shard, result, worker: str) -> None:
@@ -78,12 +78,13 @@ class ShardBudget:
         self.reserved = 0  # prompts handed out and not yet answered
         self.stopped = False
 
-    def fit(self, shard: list[Group] | None) -> list[Group] | None:
-        """`shard` (from the cutter) as the budget allows it: whole, cut, or None (stopped)."""
-        if shard is None:
-            return None
+    def next(self, worker: str) -> list[Group] | None:
+        """The cutter's next shard for `worker` as the budget allows it: whole, cut, or None
+        (none left, or the budget stopped the node)."""
         if self.stopped:
-            self.cutter.put_back(shard)
+            return None
+        shard = self.cutter.next(worker)
+        if shard is None:
             return None
         if self.budget is None:
             return shard

@@ -55,6 +55,14 @@ def answer_streamed(
     waiting_rows: dict[bytes, int] = {}  # texts queued or in flight -> their input rows (logical tokens when answered)
     exhausted = False
 
+    def record(keys: list[bytes], answers: list[Answer]) -> None:
+        """Answers that arrived (from the cache or a worker): kept for the final query, their
+        rows' logical tokens counted, each seen once by on_answer."""
+        index.add_many(keys, [a.value for a in answers], [a.cost for a in answers])
+        for k, answer in zip(keys, answers):
+            counts.logical_tokens += waiting_rows.pop(k) * answer.cost
+            on_answer(answer)
+
     def admit(groups: list[StreamedGroup]) -> None:
         """One slice: counted, looked up (this node, then the result cache), the rest queued."""
         keys = [[digest(t) for t in g.texts] for g in groups]
@@ -75,14 +83,9 @@ def answer_streamed(
         cached = store.get_many(key, list(fresh.values()), task.accepts)
         if cached:
             cached_keys = [k for k, t in fresh.items() if t in cached]
-            answers = [cached[fresh[k]] for k in cached_keys]
-            index.add_many(cached_keys, [a.value for a in answers], [a.cost for a in answers])
-            for k, answer in zip(cached_keys, answers):
-                counts.logical_tokens += waiting_rows.pop(k) * answer.cost
-                on_answer(answer)
+            record(cached_keys, [cached[fresh[k]] for k in cached_keys])
             counts.prompts_cached += len(cached_keys)
             options.progress.advance(node_id, len(cached_keys), 0)
-        queued = []
         for group, group_keys in zip(groups, keys):
             payload = []
             for k in group_keys:
@@ -90,9 +93,7 @@ def answer_streamed(
                 if text is not None and text not in cached:
                     payload.append((text, k))
             if payload:
-                queued.append(Group(group.weight * len(payload) / len(group.texts), len(payload), payload))
-        for group in queued:
-            cutter.add(group)
+                cutter.add(Group(group.weight * len(payload) / len(group.texts), len(payload), payload))
 
     def fill() -> None:
         """Read slices until some prompt is queued or the input is done."""
@@ -105,7 +106,7 @@ def answer_streamed(
 
     def next_shard(worker: str):
         fill()
-        shard = budget.fit(cutter.next(worker))
+        shard = budget.next(worker)
         return None if shard is None else (shard, [text for group in shard for text, _ in group.payload])
 
     def on_result(shard, result, worker: str) -> None:
@@ -116,11 +117,7 @@ def answer_streamed(
             writer.put(key, texts, answers, replace=store.unreadable_among(key, texts))
         else:
             store.put_many(key, dict(zip(texts, answers)))  # the checkpoint
-        keys = [k for _, k in pairs]
-        index.add_many(keys, [a.value for a in answers], [a.cost for a in answers])
-        for k, answer in zip(keys, answers):
-            counts.logical_tokens += waiting_rows.pop(k) * answer.cost
-            on_answer(answer)
+        record([k for _, k in pairs], answers)
         counts.prompts_evaluated += len(answers)
         counts.prompts_truncated += result.truncated
         counts.work = counts.work + result.work
