@@ -23,10 +23,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aisql.executor.cascade import MIN_CLASS, CascadeReport, answer_by_thresholds, exact_fallback, choose_sample, thresholds
-from aisql.planner.approximation import Targets, sample_size
+from aisql.planner.approximation import PROGRESSIVE_STAGES as STAGES, Targets, sample_size
 
 SAMPLINGS = ("progressive", "uniform", "importance")
-STAGES = (0.25, 0.5, 1.0)  # progressive: shares of the sample taken in turn
 PILOT_ROWS = 64  # an auto-chosen proxy's agreement is checked on this many sample rows first
 MIN_PILOT_AUC = 0.85  # below: a 0.9 / 0.9 cascade cannot save (SmolLM2 vs Qwen-1.5B: 0.70)
 

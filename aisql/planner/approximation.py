@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+PROGRESSIVE_STAGES = (0.25, 0.5, 1.0)  # progressive sampling: shares of the sample taken in turn (aisql.executor.score_first)
 MAX_LLM_SHARE = 0.8  # a cascade sending more than this share to the LLM saves too little: exact
 TARGET_KEYS = ("recall", "precision", "delta", "sample", "seed", "proxy", "sampling")  # a call's own options of approximate mode
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from aisql.planner.approximation import MAX_LLM_SHARE, call_targets, sample_size
+from aisql.planner.approximation import MAX_LLM_SHARE, PROGRESSIVE_STAGES, call_targets, sample_size
 from aisql.planner.cost import NodeEstimate, PlanEstimate, Side
 from aisql.planner.hardware import Hardware
 from aisql.planner.plan import AINode, Plan, Strategy
@@ -261,7 +261,7 @@ def approximate_line(node, est, proxy: str | None = None) -> str | None:
     llm_proxy = proxy is not None and not proxy.startswith("embeddings")
     least = sample
     if llm_proxy and targets.sampling == "progressive" and sample < unique:
-        least = max(1, round(sample * 0.25))  # progressive sampling may stop at its first stage
+        least = max(1, round(sample * PROGRESSIVE_STAGES[0]))  # progressive sampling may stop at its first stage
     line = (
         f"approximate (proxy cascade): {targets.describe()} vs the LLM; the LLM answers {least:,} to {most:,} of "
         f"{unique:,} prompts (more would fall back to exact)"
