@@ -118,32 +118,42 @@ class SqliteAnswerStore:
     # ---- the AnswerStore interface -------------------------------------------------------------
     def get_many(self, task: str, texts: Iterable[str], accept: Accept | None = None) -> dict[str, Answer]:
         texts = list(dict.fromkeys(texts))
-        keys = {_key(task, t): t for t in texts}
-        found: dict[str, Answer] = {}
+        found = self.get_by_keys([entry_key(task, t) for t in texts], accept)
+        return {texts[i]: answer for i, answer in found.items()}
+
+    def get_by_keys(self, keys: list[bytes], accept: Accept | None = None, *, warn: bool = True) -> dict[int, Answer]:
+        """The stored answers of `keys` (entry keys, `entry_key`), by position in `keys`. An
+        entry that is unreadable or not an answer `accept`s is left out, remembered (the next
+        put replaces it) and counted in `unreadable_entries`; `warn`: say so."""
+        position = {key: i for i, key in enumerate(keys)}
+        found: dict[int, Answer] = {}
         unreadable: list[bytes] = []
-        ordered = list(keys)
         with self._lock:
             try:
-                for start in range(0, len(ordered), _LOOKUP_CHUNK):
-                    chunk = ordered[start : start + _LOOKUP_CHUNK]
+                for start in range(0, len(keys), _LOOKUP_CHUNK):
+                    chunk = keys[start : start + _LOOKUP_CHUNK]
                     marks = ",".join("?" * len(chunk))
                     for key, value in self._db.execute(f"SELECT key, value FROM answers WHERE key IN ({marks})", chunk):
                         key = bytes(key)
                         answer = _decode(value)
                         if answer is None or (accept is not None and not _accepted(accept, answer.value)):
                             unreadable.append(key)
-                        elif key in keys:
-                            found[keys[key]] = answer
+                        elif key in position:
+                            found[position[key]] = answer
             except sqlite3.DatabaseError as err:
                 raise self._read_error(err) from None
             self._unreadable.update(unreadable)
         if unreadable:
             self.unreadable_entries += len(unreadable)
-            self._say(
-                f"warning: {len(unreadable):,} cached answers in {self.path} could not be read (edited or corrupt): "
-                "asked the model again, and replaced"
-            )
+            if warn:
+                self.say_unreadable(len(unreadable))
         return found
+
+    def say_unreadable(self, count: int) -> None:
+        self._say(
+            f"warning: {count:,} cached answers in {self.path} could not be read (edited or corrupt): "
+            "asked the model again, and replaced"
+        )
 
     def _say(self, message: str) -> None:
         if self._warn is not None:
@@ -158,10 +168,14 @@ class SqliteAnswerStore:
 
     def put_many(self, task: str, answers: dict[str, Answer]) -> None:
         """Commit `answers` in one transaction: after it returns they survive a crash."""
+        self.put_by_keys(task, [(entry_key(task, text), answer) for text, answer in answers.items()])
+
+    def put_by_keys(self, task: str, answers: list[tuple[bytes, Answer]]) -> None:
+        """put_many by entry keys (`entry_key`)."""
         if not answers:
             return
         now = time.time()
-        rows = [(_key(task, text), task, _encode(answer), now) for text, answer in answers.items()]
+        rows = [(key, task, _encode(answer), now) for key, answer in answers]
         with self._lock:
             replacing = [row for row in rows if row[0] in self._unreadable]  # entries found unreadable
             try:
@@ -219,24 +233,15 @@ class SqliteAnswerStore:
         with self._lock:
             self._db.close()
 
-    # ---- for a writer in another process (aisql.executor.cluster.store_writer) -----------------
-    def unreadable_among(self, task: str, texts) -> list[str]:
-        """The texts whose stored entries this store found unreadable (to be replaced when stored)."""
-        if not self._unreadable:
-            return []
-        return [t for t in texts if _key(task, t) in self._unreadable]
-
-    def replace_unreadable(self, task: str, texts) -> None:
-        """Another process found these texts' entries unreadable: the next put_many replaces them."""
-        self._unreadable.update(_key(task, t) for t in texts)
-
-
 class CacheError(AisqlError):
     """The result cache cannot be opened or used."""
 
 
-def _key(task: str, text: str) -> bytes:
+def entry_key(task: str, text: str) -> bytes:
+    """The key of a text's entry under a task key."""
     return hashlib.sha256(task.encode() + b"\x1f" + text.encode()).digest()
+
+
 
 
 def _encode(answer: Answer) -> str:

@@ -1,70 +1,126 @@
-"""A streamed node's answers written to the result cache by a process of its own.
+"""A streamed node's result cache, read and written by a process of its own.
 
-Storing an answer in the SQLite cache costs the driver ~15 us of CPU (JSON, SHA-256, a B-tree
-insert under a random key: a page touched per answer) — as much as everything else the driver
-does for a prompt of a streamed node together, and a single Python process has one core. So a
-streamed node hands each shard's answers to a writer process (spawned, its own connection to
-the same file, the same SqliteAnswerStore code) and goes on; the writer commits whatever has
-queued in one transaction — a shard when it keeps up, several when it falls behind (group
-commit: fewer page writes per answer as the rate rises).
+Looking a text up in the SQLite cache and storing its answer cost the driver ~20 us of CPU
+(SHA-256 of the text, a B-tree probe, JSON, an insert under a random key: a page touched per
+answer) — as much as everything else the driver does for a prompt of a streamed node together,
+and a single Python process has one core. So a streamed node hands its cache work to a store
+process (its own connection to the same file, the same SqliteAnswerStore code):
 
-What it keeps of the checkpoint promise: a shard's answers are in the writer's queue the moment
-they reach the driver, and the writer commits them even if the driver is killed (it drains its
-pipe to the end before it exits). The driver waits for the writer (`flush`) before it reports a
-node done or interrupted, so "N answers kept" counts commits. An error of the writer (disk
-full, a read-only file) is raised in the driver at its next put or flush.
+- `lookup(texts)`: the process finds what is stored (and acceptable to the task) and answers
+  with those; it keeps the entry keys of the others under consecutive ids — the driver counts
+  the same ids — so their answers come back as (id, answer), never as texts again.
+- `put(ids, answers)`: queued; the process commits whatever has queued in one transaction — a
+  shard when it keeps up, several when it falls behind (group commit: fewer page writes per
+  answer as the rate rises). Entries found unreadable are replaced.
+
+What it keeps of the checkpoint promise: a shard's answers are in the process's queue the moment
+they reach the driver, and it commits them even if the driver is killed (it drains its pipe to
+the end before it exits). The driver waits for it (`flush`) before it reports a node done or
+interrupted, so "N answers kept" counts commits. An error of the process (disk full, a
+read-only file) is raised in the driver at its next call.
+
+`InProcessStore` is the same interface over any AnswerStore, in the driver (no cache file).
 """
 
 from __future__ import annotations
 
+import pickle
 import socket
 import subprocess
 import sys
 from multiprocessing.connection import Connection
 from typing import Sequence
 
-from aisql.executor.answer_store import Answer
-from aisql.executor.cache import CacheError
+from aisql.executor.answer_store import Answer, AnswerStore
+from aisql.executor.cache import CacheError, SqliteAnswerStore
+from aisql.functions import Task
 
 MAX_BATCH = 50_000  # answers per transaction at most (a writer far behind still commits often)
 
 
+class InProcessStore:
+    """The store process's interface over an AnswerStore in this process (by text)."""
+
+    def __init__(self, store: AnswerStore, key: str, task: Task) -> None:
+        self.store, self.key, self.task = store, key, task
+        self._texts: dict[int, str] = {}  # id -> text, for texts not found
+        self._next = 0
+
+    def lookup(self, texts: Sequence[str]) -> dict[int, Answer]:
+        """Stored answers by position in `texts`; the others get ids next, next + 1, ..."""
+        found = self.store.get_many(self.key, texts, self.task.accepts)
+        out = {}
+        for i, text in enumerate(texts):
+            if text in found:
+                out[i] = found[text]
+            else:
+                self._texts[self._next + i] = text
+        self._next += len(texts)
+        return out
+
+    def put(self, ids: Sequence[int], answers: Sequence[Answer]) -> None:
+        self.store.put_many(self.key, {self._texts.pop(i): a for i, a in zip(ids, answers)})
+
+    def close(self) -> int:
+        return 0  # committed at each put
+
+
+def open_store_process(store: AnswerStore, key: str, task: Task) -> "StoreWriter | InProcessStore":
+    """A store process for a cache file; for a store in memory (or a task that cannot be sent to
+    another process), the same interface in this one."""
+    if isinstance(store, SqliteAnswerStore):
+        try:
+            return StoreWriter(store, key, task)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            pass
+    return InProcessStore(store, key, task)
+
+
 class StoreWriter:
-    def __init__(self, path: str) -> None:
+    """The store process of one streamed node (its cache file, task key and task)."""
+
+    def __init__(self, store: SqliteAnswerStore, key: str, task: Task) -> None:
+        first = pickle.dumps(("task", key, task))  # before the process starts: a task that cannot travel stays here
         # A fresh interpreter (`python -m` this module) on one end of a socket pair: never a fork
         # of the driver (it holds Ray's and torch's threads), and never multiprocessing's spawn,
         # which re-runs the user's main script in the child.
         ours, theirs = socket.socketpair()
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "aisql.executor.cluster.store_writer", str(path), str(theirs.fileno())], pass_fds=(theirs.fileno(),)
+            [sys.executable, "-m", "aisql.executor.cluster.store_writer", str(store.path), str(theirs.fileno())], pass_fds=(theirs.fileno(),)
         )
         theirs.close()
         self._pipe = Connection(ours.detach())
+        self._store = store  # the driver's: told of unreadable entries (its warning, its counts)
+        self._pipe.send_bytes(first)
         self.sent = 0
         self.committed = 0
 
-    def put(self, task: str, texts: Sequence[str], answers: Sequence[Answer], replace: Sequence[str] = ()) -> None:
-        """Queue answers for commit (`replace`: texts whose stored entries were unreadable)."""
+    def lookup(self, texts: Sequence[str]) -> dict[int, Answer]:
+        """Stored answers by position in `texts`; the others get ids next, next + 1, ... (the
+        process numbers them alike)."""
+        self._pipe.send(("get", list(texts)))
+        message = self._receive("found")
+        _, found, unreadable = message
+        if unreadable:
+            self._store.unreadable_entries += unreadable
+            self._store.say_unreadable(unreadable)
+        return {i: Answer(v, c, s, p) for i, v, c, s, p in found}
+
+    def put(self, ids: Sequence[int], answers: Sequence[Answer]) -> None:
+        """Queue answers for commit, by the ids `lookup` gave their texts."""
         self._check()
-        rows = [(t, a.value, a.cost, a.score, a.p_yes) for t, a in zip(texts, answers)]
-        self._pipe.send(("put", task, rows, list(replace)))
-        self.sent += len(rows)
+        self._pipe.send(("put", list(ids), [(a.value, a.cost, a.score, a.p_yes) for a in answers]))
+        self.sent += len(answers)
 
     def flush(self) -> int:
         """Wait until everything sent is committed; the answers committed since the last flush."""
         self._pipe.send(("flush",))
-        while True:
-            try:
-                message = self._pipe.recv()
-            except EOFError:
-                raise CacheError("the result cache's writer process ended before committing every answer") from None
-            if message[0] == "flushed":
-                before, self.committed = self.committed, message[1]
-                return self.committed - before
-            self._raise(message)
+        message = self._receive("flushed")
+        before, self.committed = self.committed, message[1]
+        return self.committed - before
 
     def close(self) -> int:
-        """Flush, then stop the writer; the answers committed since the last flush."""
+        """Flush, then stop the process; the answers committed since the last flush."""
         try:
             done = self.flush()
             self._pipe.send(("stop",))
@@ -76,6 +132,16 @@ class StoreWriter:
                 self._process.kill()
         return done
 
+    def _receive(self, kind: str):
+        while True:
+            try:
+                message = self._pipe.recv()
+            except EOFError:
+                raise CacheError("the result cache's store process ended before committing every answer") from None
+            if message[0] == kind:
+                return message
+            self._raise(message)
+
     def _check(self) -> None:
         while self._pipe.poll():
             self._raise(self._pipe.recv())
@@ -86,13 +152,13 @@ class StoreWriter:
             raise CacheError(message[1], hint=message[2])
 
 
-def _write_loop(path: str, pipe) -> None:
-    """The writer process: drain the pipe, commit each batch in one transaction, answer flushes.
-    Ctrl-C and SIGTERM reach the whole process group: the writer ignores them and ends when the
-    driver closes the pipe, having committed everything sent."""
+def _serve(path: str, pipe) -> None:
+    """The store process: drain the pipe, answer lookups, commit each batch of puts in one
+    transaction, answer flushes. Ctrl-C and SIGTERM reach the whole process group: it ignores
+    them and ends when the driver closes the pipe, having committed everything sent."""
     import signal
 
-    from aisql.executor.cache import SqliteAnswerStore
+    from aisql.executor.cache import entry_key
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -102,6 +168,9 @@ def _write_loop(path: str, pipe) -> None:
     except CacheError as err:
         pipe.send(("error", err.message, err.hint))
         return
+    key, accept = "", None
+    pending: dict[int, bytes] = {}  # id -> entry key of a text looked up and not found
+    next_id = 0
     committed = 0
     ended = False
     while not ended:
@@ -109,34 +178,46 @@ def _write_loop(path: str, pipe) -> None:
             messages = [pipe.recv()]
         except EOFError:  # the driver is gone: everything it sent was received, and is committed below
             break
-        while pipe.poll() and sum(len(m[2]) for m in messages if m[0] == "put") < MAX_BATCH:
+        while pipe.poll() and sum(len(m[1]) for m in messages if m[0] == "put") < MAX_BATCH:
             try:
                 messages.append(pipe.recv())
             except EOFError:
                 ended = True
                 break
-        batches: dict[str, dict[str, Answer]] = {}
-        replacing: dict[str, list[str]] = {}
-        for message in messages:
-            if message[0] == "put":
-                _, task, rows, replace = message
-                batches.setdefault(task, {}).update((t, Answer(v, c, s, p)) for t, v, c, s, p in rows)
-                replacing.setdefault(task, []).extend(replace)
+        batch: list[tuple[bytes, Answer]] = []
+        replies = []
         try:
-            for task, answers in batches.items():
-                store.replace_unreadable(task, replacing.get(task, ()))
-                store.put_many(task, answers)
-                committed += len(answers)
+            for message in messages:
+                kind = message[0]
+                if kind == "put":
+                    batch += [(pending.pop(i), Answer(v, c, s, p)) for i, (v, c, s, p) in zip(message[1], message[2])]
+                elif kind == "get":
+                    texts = message[1]
+                    keys = [entry_key(key, t) for t in texts]
+                    before = store.unreadable_entries
+                    found = store.get_by_keys(keys, accept, warn=False)
+                    for i, k in enumerate(keys):
+                        if i not in found:
+                            pending[next_id + i] = k
+                    next_id += len(texts)
+                    rows = [(i, a.value, a.cost, a.score, a.p_yes) for i, a in found.items()]
+                    replies.append(("found", rows, store.unreadable_entries - before))
+                elif kind == "task":
+                    key, accept = message[1], message[2].accepts
+                elif kind == "flush":
+                    replies.append(None)  # answered once this batch is committed
+                elif kind == "stop":
+                    ended = True
+            if batch:
+                store.put_by_keys(key, batch)
+                committed += len(batch)
         except CacheError as err:
             pipe.send(("error", err.message, err.hint))
             return
-        for message in messages:
-            if message[0] == "flush":
-                pipe.send(("flushed", committed))
-            elif message[0] == "stop":
-                ended = True
+        for reply in replies:
+            pipe.send(("flushed", committed) if reply is None else reply)
     store.close()
 
 
 if __name__ == "__main__":
-    _write_loop(sys.argv[1], Connection(int(sys.argv[2])))
+    _serve(sys.argv[1], Connection(int(sys.argv[2])))
