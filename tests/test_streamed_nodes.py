@@ -18,22 +18,29 @@ from aisql.sql.template import parse_template
 # ---- the answer index ----------------------------------------------------------------------
 
 
-def test_the_index_keeps_first_answers_and_finds_them_after_merges(monkeypatch):
-    from aisql.executor import answer_index
-
-    monkeypatch.setattr(answer_index, "MERGE_AT_LEAST", 16)
+def test_the_index_keeps_first_answers_and_finds_them_after_merges():
     index = AnswerIndex()
     keys = [digest(f"prompt {i}") for i in range(1000)]
-    for start in range(0, 1000, 37):  # many merges of the recent additions into the sorted array
+    for start in range(0, 1000, 37):  # many runs, merged as they grow
         batch = keys[start : start + 37]
-        index.add_many(batch, [i % 3 == 0 for i in range(start, start + len(batch))], list(range(start, start + len(batch))))
-    index.add_many(keys[:5], [None] * 5, [0] * 5)  # a key added again keeps its first answer
-    assert len(index) == 1000
+        add = index.add_new if start % 2 else index.add_many
+        add(batch, [i % 3 == 0 for i in range(start, start + len(batch))], list(range(start, start + len(batch))))
+    assert len(index._runs) < 8
+    assert index.add_many(keys[:5] + [digest("new"), digest("new")], [None] * 7, [0] * 7) == [0, 1, 1, 0, 1, 2, 2]  # first answers' codes
+    assert len(index) == 1001
     assert index.get_many(keys) == [i % 3 == 0 for i in range(1000)]
     assert index.costs(keys[:3] + [digest("never")]) == [0, 1, 2, None]
-    assert index.get_many([digest("never")]) == [MISSING]
+    assert index.get_many([digest("never"), digest("new")]) == [MISSING, None]
     assert digest("prompt 7") in index and digest("prompt x") not in index
-    assert index.nbytes < 1000 * 64  # tens of bytes a prompt, not its text
+    assert index.nbytes < 1001 * 32  # tens of bytes a prompt, not its text
+
+
+def test_keys_sharing_their_first_eight_bytes_are_told_apart():
+    shared = b"\x01" * 8
+    index = AnswerIndex()
+    index.add_many([shared + b"\x02" * 8], ["a"], [1])
+    index.add_new([shared + b"\x03" * 8, shared + b"\x00" * 8, b"\x00" * 16], ["b", "c", "d"], [2, 3, 4])
+    assert index.get_many([shared + b"\x02" * 8, shared + b"\x03" * 8, shared + b"\x00" * 8, shared + b"\x09" * 8]) == ["a", "b", "c", MISSING]
 
 
 # ---- slices of prefix groups -----------------------------------------------------------------
@@ -64,7 +71,7 @@ def test_slices_hold_whole_groups_in_anchor_order():
 
 def test_a_group_larger_than_a_slice_is_cut_and_nulls_are_counted_not_sent():
     con = duckdb.connect()
-    con.execute("CREATE TABLE t AS SELECT 'same lead' AS a0, CASE WHEN i = 3 THEN NULL ELSE 'tail ' || i END AS a1, 2 AS n FROM range(10) t(i)")
+    con.execute("CREATE TABLE t AS SELECT 'same lead' AS __aisql_a0, CASE WHEN i = 3 THEN NULL ELSE 'tail ' || i END AS __aisql_a1, 2 AS n FROM range(10) t(i)")
     template = parse_template("{0}: {1}")
     counts = SliceCounts()
     groups = [g for s in stream_groups(con, "SELECT * FROM t", template, 2, (0,), counts, slice_rows=4) for g in s]
@@ -93,6 +100,22 @@ def test_the_lead_is_the_anchor_or_the_opening_placeholder():
     assert leading_args(template, ()) == (0,)
     assert leading_args(template, (1,)) == (1,)
     assert streamed_input.ordered_input_sql("SELECT 1", 3, (2,)).endswith("ORDER BY 3, 1, 2")
+
+
+@pytest.mark.parametrize("text", ["{a} might buy {b}", "{b}{a}{b}", "{a}", "é {a} \\n ✓{b}", "no placeholders"])
+def test_a_batch_renders_exactly_as_the_template_does(text):
+    import pyarrow as pa
+
+    from aisql.executor.cluster.streamed_input import render_column
+
+    template = parse_template(text)
+    rows = [("tea", "a cup"), ("", ""), ("ünï", "x{y}z"), ("a'b", "\t")]
+    args = [pa.array([r[i] for r in rows], pa.string()) for i in range(template.arity)]
+    if not template.arity:
+        args = [pa.array([None] * len(rows), pa.string())][:0]
+        assert render_column(template, args).to_pylist() == []
+        return
+    assert render_column(template, args).to_pylist() == [template.render(r[: template.arity]) for r in rows]
 
 
 # ---- the product path, on an inline pool -----------------------------------------------------
@@ -203,6 +226,57 @@ def test_texts_alike_across_slices_are_asked_once(pooled, monkeypatch):
     assert one.table == result.table and one.stats.nodes[0].prompts_evaluated == 0
 
 
+@pytest.mark.parametrize("collided", [False, True])
+def test_the_final_query_finds_answers_by_tuple_hash_and_renders_only_after_a_collision(pooled, monkeypatch, collided):
+    """The final statement passes DuckDB's hash of each row's arguments and the answers are
+    found by it, no row rendered; if two tuples of the node shared a hash, every row is rendered
+    and found by its text's digest instead. NULL arguments answer NULL either way."""
+    from aisql.executor.answer_index import AnswerIndex
+    from aisql.executor.node_runtime import NodeRuntime
+
+    monkeypatch.setattr(streamed_input, "STREAM_AT", 0)
+    monkeypatch.setattr(streamed_input, "SLICE_ROWS", 4)
+    if collided:
+        seal = AnswerIndex.seal_tuples
+
+        def colliding(self):
+            seal(self)
+            self.tuples_collided = True
+
+        monkeypatch.setattr(AnswerIndex, "seal_tuples", colliding)
+    rendered = []
+    by_text = NodeRuntime._lookup_indexed
+    monkeypatch.setattr(NodeRuntime, "_lookup_indexed", lambda self, rows: rendered.extend(rows) or by_text(self, rows))
+    con, _ = pooled()
+    _pairs(con.duckdb, 5, 4)
+    con.duckdb.execute("INSERT INTO c VALUES (99, NULL)")
+    result = con.run("SELECT c.id AS cid, p.id AS pid, AI.IF(PROMPT('{c.profile} might buy {p.description}')) AS ok FROM c, p ORDER BY ALL")
+    assert result.stats.nodes[0].strategy == "prefetch-sliced"
+    assert len(rendered) == (24 if collided else 0)  # every row, by its text (NULL rows answer NULL unrendered)
+    naive = con.run("SELECT c.id AS cid, p.id AS pid, AI.IF(PROMPT('{c.profile} might buy {p.description}')) AS ok FROM c, p ORDER BY ALL", naive=True)
+    assert result.table == naive.table
+    assert [r["ok"] for r in result.table.to_pylist() if r["cid"] == 99] == [None] * 4
+
+
+def test_tuple_hashes_find_codes_and_a_repeated_hash_is_a_collision():
+    from aisql.executor.tuple_hashes import with_tuple_hashes
+    from sqlglot import parse_one
+
+    import numpy as np
+
+    index = AnswerIndex()
+    index.add_tuples([5, 1, 2**64 - 1], [0, 1, 1])
+    index.add_tuples([7], [0])
+    index.seal_tuples()
+    assert index.sealed and not index.tuples_collided
+    assert index.codes_by_hash(np.array([1, 7, 3, 2**64 - 1, 2**64 - 2], dtype=np.uint64)).tolist() == [1, 0, -1, 1, -1]
+    index.add_tuples([7], [1])
+    index.seal_tuples()
+    assert index.tuples_collided  # a node's tuples are distinct: the same hash twice is two tuples
+    sql = with_tuple_hashes(parse_one("SELECT f(CAST(a AS VARCHAR), CAST(b AS VARCHAR)) FROM t WHERE g(a)", dialect="duckdb"), ["F"])
+    assert sql == "SELECT F(CAST(a AS TEXT), CAST(b AS TEXT), HASH(CAST(a AS TEXT), CAST(b AS TEXT))) FROM t WHERE G(a)"
+
+
 def test_a_rerun_asks_only_the_rest_and_starts_no_worker_when_all_is_cached(pooled, tmp_path, monkeypatch):
     """The driver stops after 3 shards (a crash, Ctrl-C): what reached it is kept, shard by
     shard; the rerun asks exactly the rest; a third run is all cache and starts no worker."""
@@ -278,23 +352,40 @@ def test_small_nodes_keep_the_sharded_path(pooled):
     assert result.stats.nodes[0].strategy == "prefetch" and pool.methods == {"run_shard"}
 
 
-def test_the_writer_process_commits_what_it_was_sent_and_says_errors(tmp_path):
+def test_the_store_process_finds_what_is_stored_commits_what_it_was_sent_and_says_errors(tmp_path):
+    from aisql.engine.model.prompt_format import Framing
     from aisql.executor.answer_store import Answer
     from aisql.executor.cache import CacheError, open_answer_store
     from aisql.executor.cluster.store_writer import StoreWriter
+    from aisql.functions import Task, by_name
 
     path = tmp_path / "answers.sqlite"
-    open_answer_store(str(path)).close()
-    writer = StoreWriter(str(path))
+    task = Task(by_name("IF"), Framing(system=None), ("Yes", "No"))
+    warned = []
+    store = open_answer_store(str(path), warn=warned.append)
+    store.put_many("task", {"stored": Answer(True, 3), "edited": Answer(True, 4)})
+    store._db.execute("UPDATE answers SET value = 'not json' WHERE value LIKE '%4%'")  # edited by hand
+    writer = StoreWriter(store, "task", task)
+    found = writer.lookup(["new 0", "stored", "edited", "new 1"])
+    assert found == {1: Answer(True, 3)} and store.unreadable_entries == 1 and "could not be read" in warned[0]
+    writer.put([2, 0, 3], [Answer(False, 5), Answer(True, 6), Answer(True, 7)])  # ids: first lookup's positions
     for shard in range(5):
         texts = [f"shard {shard} prompt {i}" for i in range(100)]
-        writer.put("task", texts, [Answer(i % 2 == 0, 10 + i, 0.9, 0.9) for i in range(100)])
-    assert writer.close() == 500
-    store = open_answer_store(str(path))
-    found = store.get_many("task", ["shard 3 prompt 7", "shard 4 prompt 8", "never"])
-    assert found == {"shard 3 prompt 7": Answer(False, 17, 0.9, 0.9), "shard 4 prompt 8": Answer(True, 18, 0.9, 0.9)}
+        assert writer.lookup(texts) == {}
+        first = 4 + 100 * shard
+        writer.put(range(first, first + 100), [Answer(i % 2 == 0, 10 + i, 0.9, 0.9) for i in range(100)])
+    assert writer.close() == 503
+    found = open_answer_store(str(path)).get_many("task", ["shard 3 prompt 7", "shard 4 prompt 8", "edited", "new 0", "never"])
+    assert found == {
+        "shard 3 prompt 7": Answer(False, 17, 0.9, 0.9),
+        "shard 4 prompt 8": Answer(True, 18, 0.9, 0.9),
+        "edited": Answer(False, 5),  # the unreadable entry replaced
+        "new 0": Answer(True, 6),
+    }
 
-    writer = StoreWriter(str(tmp_path))  # a directory: the writer cannot open it, and the driver hears why
+    store_dir = open_answer_store(str(tmp_path / "other.sqlite"))
+    store_dir.path = tmp_path  # a directory: the process cannot open it, and the driver hears why
+    writer = StoreWriter(store_dir, "task", task)
     with pytest.raises(CacheError, match="is a directory"):
-        writer.put("task", ["x"], [Answer(True, 1)])
+        writer.lookup(["x"])
         writer.close()

@@ -69,6 +69,28 @@ def register(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime, naive: bool, 
     )
 
 
+def register_hashed(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime, errors: UdfErrors) -> None:
+    """The node's function again, taking one more argument: DuckDB's hash of the tuple
+    (aisql.executor.tuple_hashes), by which a streamed node's answers are looked up."""
+    remove(con, runtime.call.function_name)
+    arity = runtime.call.arity
+    params = [duckdb.sqltype("VARCHAR")] * arity + [duckdb.sqltype("UBIGINT")]
+    sql_type, arrow_type = runtime.result_type()
+
+    def lookup(*arrays):
+        return runtime.lookup_hashed(arrays[:arity], arrays[arity].to_numpy(zero_copy_only=False), arrow_type)
+
+    con.create_function(
+        runtime.call.function_name,
+        errors.guard(lookup, arity + 1),
+        params,
+        duckdb.sqltype(sql_type),
+        type="arrow",
+        side_effects=False,
+        null_handling="special",
+    )
+
+
 def unregister(con: duckdb.DuckDBPyConnection, runtime: NodeRuntime) -> None:
     remove(con, runtime.call.function_name)
 

@@ -13,6 +13,8 @@ import time
 from typing import Any, Callable, Sequence
 
 import duckdb
+import numpy as np
+import pyarrow as pa
 
 from aisql.engine.base import Engine
 from aisql.errors import AisqlError
@@ -40,6 +42,7 @@ class NodeRuntime:
         # Stopped early (LIMIT): tuples never asked answer NULL, which no predicate keeps.
         self.closed = False
         self.index: AnswerIndex | None = None  # a streamed node's answers, by prompt digest
+        self._values_array: pa.Array | None = None  # index.values as Arrow (lookup_hashed)
         self.stats = NodeStats(node=node.id, function=node.call.describe(), strategy=node.strategy.value)
 
     def result_type(self) -> tuple[str, object]:
@@ -105,8 +108,46 @@ class NodeRuntime:
         finally:
             self.options.progress.finish(node_id)
             self.stats.rows_in += read.rows_in
+        self.index.seal_tuples()
         self.stats.add(counts)
         self.stats.wall_s += time.perf_counter() - started
+
+    @property
+    def looks_up_by_hash(self) -> bool:
+        """The final query passes the tuple's DuckDB hash (aisql.executor.tuple_hashes): a
+        streamed node whose tuples' hashes are all distinct."""
+        index = self.index
+        return isinstance(index, AnswerIndex) and self.call.arity > 0 and index.sealed and not index.tuples_collided
+
+    def lookup_hashed(self, arrays: Sequence[pa.Array], hashes: np.ndarray, arrow_type) -> pa.Array:
+        """lookup for a streamed node, by the tuples' hashes: one vectorised search; a NULL
+        argument answers NULL, and a tuple the prefetch did not see is rendered and asked
+        (_lookup_indexed)."""
+        started = time.perf_counter()
+        codes = self.index.codes_by_hash(hashes)
+        nulls = np.zeros(len(codes), dtype=bool)
+        for array in arrays:
+            if array.null_count:
+                nulls |= array.is_null().to_numpy(zero_copy_only=False)
+        codes[nulls] = -1
+        values = self._answer_values(arrow_type)
+        out = values.take(pa.array(codes, mask=codes < 0))
+        unseen = np.flatnonzero((codes < 0) & ~nulls)
+        if len(unseen):
+            rows = list(zip(*[array.take(pa.array(unseen)).to_pylist() for array in arrays]))
+            filled = out.to_pylist()
+            for i, value in zip(unseen.tolist(), self._lookup_indexed(rows)):
+                filled[i] = value
+            out = pa.array(filled, type=arrow_type)
+        self.stats.wall_s += time.perf_counter() - started
+        return out
+
+    def _answer_values(self, arrow_type) -> pa.Array:
+        """The streamed node's answer values by code, as one Arrow array (built once)."""
+        values = self.index.values
+        if self._values_array is None or len(self._values_array) != len(values):
+            self._values_array = pa.array(values, type=arrow_type)
+        return self._values_array
 
     def prefetch_until(self, con: duckdb.DuckDBPyConnection, enough: Callable[[], bool], first_chunk: int) -> None:
         """Evaluate the input in growing chunks (first_chunk distinct prompts, then doubling) in a

@@ -22,6 +22,7 @@ from aisql.executor.embedding_runtime import EmbeddingSource
 from aisql.executor.request_kinds import kind_of
 from aisql.executor.node_runtime import NodeRuntime
 from aisql.executor.run_stats import NodeStats
+from aisql.executor.tuple_hashes import with_tuple_hashes
 from aisql.planner.plan import Plan, Strategy
 from aisql.sql.bind import BoundStatement
 from aisql.sql.source import SourceText
@@ -73,7 +74,13 @@ class Executor:
                         self._prefetch_until_limit(runtime, plan, bound, source, errors)
                     elif runtime.node.strategy is Strategy.PREFETCH:
                         self._prefetch(runtime, bound, source, errors)
-            table = self._duckdb(lambda: _fetch(self.con.sql(plan.final_sql)), bound, source, errors)
+            final_sql = plan.final_sql
+            hashed = [r for r in runtimes if r.looks_up_by_hash]
+            if hashed:  # streamed nodes: the final query passes each tuple's hash (aisql.executor.tuple_hashes)
+                for runtime in hashed:
+                    bound_calls.register_hashed(self.con, runtime, errors)
+                final_sql = with_tuple_hashes(plan.final_ast, [r.call.function_name for r in hashed])
+            table = self._duckdb(lambda: _fetch(self.con.sql(final_sql)), bound, source, errors)
         finally:
             for runtime in runtimes:
                 bound_calls.unregister(self.con, runtime)

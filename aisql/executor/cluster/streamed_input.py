@@ -19,12 +19,16 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from aisql.sql.template import Template
 
 SLICE_ROWS = 20_000  # tuples per record batch: bounds the driver's memory for the input
 STREAM_AT = 50_000  # a node of this many distinct tuples or more streams (on a worker pool)
 LEAD_SAMPLE = 4096  # leading values sampled to cut the input into ranges
+TUPLE_HASH_COLUMN = "__aisql_tuple_hash"
 
 
 @dataclass
@@ -34,6 +38,7 @@ class StreamedGroup:
     lead: tuple
     texts: list[str] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)  # input rows per text (tuples rendering alike are summed later)
+    hashes: list[int] | None = None  # per text: DuckDB's hash() of its tuple (the final query's key), if read
 
     @property
     def weight(self) -> float:
@@ -58,10 +63,14 @@ def leading_args(template: Template, anchor_args: Sequence[int]) -> tuple[int, .
 
 
 def ordered_input_sql(input_sql: str, arity: int, lead: Sequence[int], where: str = "") -> str:
-    """The node's input (arity argument columns, then the row count) ordered so that a group's
-    tuples are consecutive: leading arguments first, then the others in column order."""
+    """The node's input (arity argument columns, the row count, then each tuple's DuckDB hash:
+    aisql.executor.tuple_hashes) ordered so that a group's tuples are consecutive: leading
+    arguments first, then the others in column order."""
+    from aisql.planner.plan import ARG_PREFIX
+
     order = [i + 1 for i in lead] + [i + 1 for i in range(arity) if i not in lead]
-    return f"SELECT * FROM ({input_sql}) AS node_input{where} ORDER BY {', '.join(map(str, order)) or '1'}"
+    hashed = f"hash({', '.join(f'{ARG_PREFIX}{i}' for i in range(arity))})" if arity else "0::UBIGINT"
+    return f"SELECT *, {hashed} AS {TUPLE_HASH_COLUMN} FROM ({input_sql}) AS node_input{where} ORDER BY {', '.join(map(str, order)) or '1'}"
 
 
 def slice_ranges(con: duckdb.DuckDBPyConnection, input_sql: str, lead: Sequence[int], total: int, slice_rows: int) -> list[tuple[str, list]]:
@@ -134,31 +143,75 @@ def stream_groups(
     total: int = 0,
 ) -> Iterator[list[StreamedGroup]]:
     """Slices of whole prefix groups, in order. `counts` is updated as rows are read. `total`
-    (the node's distinct tuples) decides how many ranges the input is read in (slice_ranges)."""
+    (the node's distinct tuples) decides how many ranges the input is read in (slice_ranges).
+    A record batch is handled by Arrow kernels (rendering, NULL rows, where the leading values
+    change), not row by row in Python: this runs for every prompt of a node of millions."""
     slice_rows = slice_rows or SLICE_ROWS
     carried: StreamedGroup | None = None
     for batch in _batches(con, input_sql, arity, lead, total, slice_rows):
-        columns = [batch.column(i).to_pylist() for i in range(arity)]
-        rows = batch.column(arity).to_pylist()
+        args = [batch.column(i) for i in range(arity)]
+        row_counts, hashes = batch.column(arity), batch.column(arity + 1)
+        counts.rows_in += pc.sum(row_counts).as_py() or 0
+        if any(a.null_count for a in args):  # NULL in, NULL out: never reaches the model
+            valid = pc.and_kleene(*[pc.is_valid(a) for a in args]) if len(args) > 1 else pc.is_valid(args[0])
+            counts.null_rows += pc.sum(pc.filter(row_counts, pc.invert(valid))).as_py() or 0
+            args = [pc.filter(a, valid) for a in args]
+            row_counts, hashes = pc.filter(row_counts, valid), pc.filter(hashes, valid)
+        size = len(row_counts)
+        if not size:
+            continue
+        texts = render_column(template, args).to_pylist()
+        rows, tuple_hashes = row_counts.to_pylist(), hashes.to_pylist()
         groups: list[StreamedGroup] = []
         current = carried
-        for values, count in zip(zip(*columns), rows):
-            counts.rows_in += count
-            if None in values:
-                counts.null_rows += count
-                continue  # NULL in, NULL out: never reaches the model
-            key = tuple(values[i] for i in lead)
-            if current is None or key != current.lead or len(current.texts) >= slice_rows:
-                if current is not None:  # a group over a slice is cut in pieces: memory stays bounded
-                    groups.append(current)
-                current = StreamedGroup(key)
-            current.texts.append(template.render(values))
-            current.rows.append(count)
+        for start, end, key in _lead_runs([args[i] for i in lead], size):
+            while start < end:
+                if current is None or key != current.lead or len(current.texts) >= slice_rows:
+                    if current is not None:  # a group over a slice is cut in pieces: memory stays bounded
+                        groups.append(current)
+                    current = StreamedGroup(key, hashes=[])
+                stop = min(end, start + slice_rows - len(current.texts))
+                current.texts += texts[start:stop]
+                current.rows += rows[start:stop]
+                current.hashes += tuple_hashes[start:stop]
+                start = stop
         carried = current
         if groups:
             yield groups
     if carried is not None:
         yield [carried]
+
+
+def render_column(template: Template, args: Sequence[pa.Array]) -> pa.Array:
+    """Template.render of every row, by Arrow's string concatenation (the same bytes: literal
+    parts and VARCHAR values joined, nothing escaped or converted). Rows must have no NULL."""
+    pieces: list = []
+    for i, part in enumerate(template.parts):
+        if part:
+            pieces.append(pa.scalar(part, pa.string()))
+        if i < len(template.slots):
+            pieces.append(args[template.slots[i]])
+    size = len(args[0]) if args else 0
+    if not any(isinstance(p, (pa.Array, pa.ChunkedArray)) for p in pieces):
+        return pa.array([template.render(())] * size, pa.string())
+    if len(pieces) == 1:
+        return pieces[0]
+    return pc.binary_join_element_wise(*pieces, "")
+
+
+def _lead_runs(lead_columns: Sequence[pa.Array], size: int) -> Iterator[tuple[int, int, tuple]]:
+    """(start, end, leading values) of each run of equal leading values in a batch."""
+    if not lead_columns:
+        yield 0, size, ()
+        return
+    change = None
+    for column in lead_columns:
+        differs = pc.not_equal(column.slice(1), column.slice(0, size - 1))
+        change = differs if change is None else pc.or_(change, differs)
+    starts = [0] + [int(i) + 1 for i in np.flatnonzero(change.to_numpy(zero_copy_only=False))] if size > 1 else [0]
+    keys = list(zip(*[pc.take(column, pa.array(starts)).to_pylist() for column in lead_columns]))
+    for start, end, key in zip(starts, starts[1:] + [size], keys):
+        yield start, end, key
 
 
 def _batches(con, input_sql: str, arity: int, lead: Sequence[int], total: int, slice_rows: int):
