@@ -334,7 +334,7 @@ def test_max_prompts_holds_on_a_streamed_node(tiny_engine):
     slices = iter([[StreamedGroup((f"lead {g}",), [f"lead {g} item {i}" for i in range(6)], [1] * 6)] for g in range(5)])
     task = _score_task(tiny_engine)
     with pytest.raises(BudgetExceeded) as stop:
-        answer_streamed(answering, lambda: engine, task, slices, key="k", node_id="n1", index=AnswerIndex(), on_answer=lambda a: None)
+        answer_streamed(answering, lambda: engine, task, slices, key="k", node_id="n1", index=AnswerIndex(), on_answers=lambda a: None)
     assert len(store) == stop.value.counts.prompts_evaluated == 10
 
 

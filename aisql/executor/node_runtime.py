@@ -99,7 +99,7 @@ class NodeRuntime:
         self.options.progress.start(node_id, description, total, 0)
         try:
             counts = answer_streamed(
-                self.answering, cluster, self.task, slices, key=self.answering.key(self.task), node_id=node_id, index=self.index, on_answer=self.stats.count_signal
+                self.answering, cluster, self.task, slices, key=self.answering.key(self.task), node_id=node_id, index=self.index, on_answers=self.stats.count_signals
             )
         except BudgetExceeded:
             raise
@@ -213,8 +213,9 @@ class NodeRuntime:
         return out
 
     def _lookup_indexed(self, rows: list[tuple]) -> list:
-        """lookup for a streamed node: each row's text rendered again and found by its digest;
-        a tuple the prefetch did not see is asked now, as lookup asks it."""
+        """lookup for a streamed node by text: each row's text rendered again and found by its
+        digest (the rows lookup_hashed does not know, or every row after a hash collision); a
+        tuple the prefetch did not see is asked now, as lookup asks it."""
         render = self.call.template.render
         texts = [None if None in values else render(values) for values in rows]
         found = self.index.get_many([digest(t) for t in texts if t is not None])

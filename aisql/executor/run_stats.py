@@ -60,6 +60,19 @@ class NodeStats:
         self.answers_yes += bool(answer.value)
         self.answers_near_boundary += abs(answer.p_yes - 0.5) <= NEAR_BOUNDARY
 
+    def count_signals(self, answers) -> None:
+        """count_signal of each answer (a streamed node's shard at a time)."""
+        scored = yes = near = 0
+        for answer in answers:
+            p_yes = answer.p_yes
+            if p_yes is not None:
+                scored += 1
+                yes += bool(answer.value)
+                near += abs(p_yes - 0.5) <= NEAR_BOUNDARY
+        self.answers_scored += scored
+        self.answers_yes += yes
+        self.answers_near_boundary += near
+
     def add_engine(self, delta: EngineStats) -> None:
         for name in _FROM_ENGINE:
             setattr(self, name, getattr(self, name) + getattr(delta, name))

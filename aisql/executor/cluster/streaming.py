@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import operator
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from aisql.executor.answer_index import AnswerIndex, digest
@@ -44,9 +46,9 @@ def answer_streamed(
     key: str,
     node_id: str,
     index: AnswerIndex,
-    on_answer: Callable[[Answer], None],
+    on_answers: Callable[[list[Answer]], None],
 ) -> "AnswerCounts":
-    """Answers of every text the slices hold, into `index` and the store; the counts. `on_answer`
+    """Answers of every text the slices hold, into `index` and the store; the counts. `on_answers`
     sees each distinct text's answer once (cached or fresh): the node's confidence counts.
     `cluster` is asked for only when some text is not in the result cache (none: no worker starts)."""
     from aisql.executor.answering import AnswerCounts
@@ -61,47 +63,61 @@ def answer_streamed(
     def record(keys: list[bytes], answers: list[Answer]) -> None:
         """Answers that arrived (from the cache or a worker): kept for the final query (by text
         and by the tuples waiting on them), their rows' logical tokens counted, each seen once
-        by on_answer."""
-        codes = index.add_new(keys, [a.value for a in answers], [a.cost for a in answers])  # each text is asked once
-        hashes: list[int] = []
-        tuple_codes: list[int] = []
-        for k, answer, code in zip(keys, answers, codes):
-            counts.logical_tokens += waiting_rows.pop(k) * answer.cost
-            waiting = waiting_tuples.pop(k, ())
-            hashes += waiting
-            tuple_codes += [code] * len(waiting)
-            on_answer(answer)
-        index.add_tuples(hashes, tuple_codes)
+        by on_answers. Per answer only C-level loops (map, zip): millions of them a node."""
+        costs = [a.cost for a in answers]
+        codes = index.add_new(keys, [a.value for a in answers], costs)  # each text is asked once
+        counts.logical_tokens += sum(map(operator.mul, map(waiting_rows.pop, keys), costs))
+        tuples = list(map(waiting_tuples.pop, keys, repeat((), len(keys))))
+        if all(len(t) == 1 for t in tuples):  # a tuple per text: the usual case
+            index.add_tuples([t[0] for t in tuples], codes)
+        else:
+            index.add_tuples(list(chain.from_iterable(tuples)), [c for c, t in zip(codes, tuples) for _ in t])
+        on_answers(answers)
 
-    def admit(groups: list[StreamedGroup]) -> None:
-        """One slice: counted, looked up (this node, then the result cache), the rest queued."""
-        keys = [[digest(t) for t in g.texts] for g in groups]
-        flat = [k for ks in keys for k in ks]
-        answered = dict(zip(flat, index.entries(flat)))
+    def admit_each(groups: list[StreamedGroup], flat: list[bytes], rows: list[int], entries: list) -> dict[bytes, str]:
+        """admit's text-by-text path (a text answered or queued before, or twice in the slice):
+        the fresh texts by digest."""
         fresh: dict[bytes, str] = {}
         known_hashes: list[int] = []  # tuples whose text this node has answered already
         known_codes: list[int] = []
-        for group, group_keys in zip(groups, keys):
-            if group.hashes is None:  # tuples not read with their hashes: the final query renders
-                index.tuples_collided = True
-            for text, k, rows, tuple_hash in zip(group.texts, group_keys, group.rows, group.hashes or [None] * len(group.texts)):
-                counts.prompts_total += rows
-                entry = answered[k]
-                if entry is not None:
-                    counts.logical_tokens += rows * entry[1]
-                    if tuple_hash is not None:
-                        known_hashes.append(tuple_hash)
-                        known_codes.append(entry[0])
-                    continue
-                if k in waiting_rows:
-                    waiting_rows[k] += rows
-                else:
-                    waiting_rows[k] = rows
-                    waiting_tuples[k] = []
-                    fresh[k] = text
+        texts = (t for g in groups for t in g.texts)
+        hashes = (h for g in groups for h in (g.hashes or [None] * len(g.texts)))
+        for text, k, count, tuple_hash, entry in zip(texts, flat, rows, hashes, entries):
+            if entry is not None:
+                counts.logical_tokens += count * entry[1]
                 if tuple_hash is not None:
-                    waiting_tuples[k].append(tuple_hash)
+                    known_hashes.append(tuple_hash)
+                    known_codes.append(entry[0])
+                continue
+            if k in waiting_rows:
+                waiting_rows[k] += count
+            else:
+                waiting_rows[k] = count
+                waiting_tuples[k] = []
+                fresh[k] = text
+            if tuple_hash is not None:
+                waiting_tuples[k].append(tuple_hash)
         index.add_tuples(known_hashes, known_codes)
+        return fresh
+
+    def admit(groups: list[StreamedGroup]) -> None:
+        """One slice: counted, looked up (this node, then the result cache), the rest queued."""
+        keys = [list(map(digest, g.texts)) for g in groups]
+        flat = [k for ks in keys for k in ks]
+        rows = [r for g in groups for r in g.rows]
+        counts.prompts_total += sum(rows)
+        hashed = all(g.hashes is not None for g in groups)
+        if not hashed:  # tuples not read with their hashes: the final query renders
+            index.tuples_collided = True
+        entries = index.entries(flat)
+        all_new = not any(entries) and len(set(flat)) == len(flat) and waiting_rows.keys().isdisjoint(flat)
+        if all_new:
+            # every text new to the node and once in the slice (the usual case): no loop in Python
+            waiting_rows.update(zip(flat, rows))
+            waiting_tuples.update(zip(flat, ([h] for g in groups for h in g.hashes)) if hashed else ())
+            fresh = dict(zip(flat, (t for g in groups for t in g.texts)))
+        else:
+            fresh = admit_each(groups, flat, rows, entries)
         counts.prompts_unique += len(fresh)
         fresh_keys, fresh_texts = list(fresh), list(fresh.values())
         first_id = store_ids[0]
@@ -111,6 +127,12 @@ def answer_streamed(
             record([fresh_keys[i] for i in cached], list(cached.values()))
             counts.prompts_cached += len(cached)
             options.progress.advance(node_id, len(cached), 0)
+        if all_new and not cached:  # each group's texts are queued as they are, ids in slice order
+            for group, group_keys in zip(groups, keys):
+                ids = range(first_id, first_id + len(group_keys))
+                first_id += len(group_keys)
+                cutter.add(Group(group.weight, len(group_keys), list(zip(group.texts, group_keys, ids))))
+            return
         queued = {k: (text, k, first_id + i) for i, (k, text) in enumerate(zip(fresh_keys, fresh_texts)) if i not in cached}
         for group, group_keys in zip(groups, keys):
             payload = []
