@@ -354,7 +354,7 @@ def test_small_nodes_keep_the_sharded_path(pooled):
 
 def test_the_store_process_finds_what_is_stored_commits_what_it_was_sent_and_says_errors(tmp_path):
     from aisql.engine.model.prompt_format import Framing
-    from aisql.executor.answer_store import Answer
+    from aisql.executor.answer_store import Answer, AnswerColumns
     from aisql.executor.cache import CacheError, open_answer_store
     from aisql.executor.cluster.store_writer import StoreWriter
     from aisql.functions import Task, by_name
@@ -368,12 +368,12 @@ def test_the_store_process_finds_what_is_stored_commits_what_it_was_sent_and_say
     writer = StoreWriter(store, "task", task)
     found = writer.lookup(["new 0", "stored", "edited", "new 1"])
     assert found == {1: Answer(True, 3)} and store.unreadable_entries == 1 and "could not be read" in warned[0]
-    writer.put([2, 0, 3], [Answer(False, 5), Answer(True, 6), Answer(True, 7)])  # ids: first lookup's positions
+    writer.put([2, 0, 3], AnswerColumns.of([Answer(False, 5), Answer(True, 6), Answer(True, 7)]))  # ids: first lookup's positions
     for shard in range(5):
         texts = [f"shard {shard} prompt {i}" for i in range(100)]
         assert writer.lookup(texts) == {}
         first = 4 + 100 * shard
-        writer.put(range(first, first + 100), [Answer(i % 2 == 0, 10 + i, 0.9, 0.9) for i in range(100)])
+        writer.put(range(first, first + 100), AnswerColumns.of([Answer(i % 2 == 0, 10 + i, 0.9, 0.9) for i in range(100)]))
     assert writer.close() == 503
     found = open_answer_store(str(path)).get_many("task", ["shard 3 prompt 7", "shard 4 prompt 8", "edited", "new 0", "never"])
     assert found == {

@@ -61,13 +61,12 @@ class NodeStats:
         self.answers_near_boundary += abs(answer.p_yes - 0.5) <= NEAR_BOUNDARY
 
     def count_signals(self, answers) -> None:
-        """count_signal of each answer (a streamed node's shard at a time)."""
+        """count_signal of each answer of a shard's columns (aisql.executor.answer_store.AnswerColumns)."""
         scored = yes = near = 0
-        for answer in answers:
-            p_yes = answer.p_yes
+        for value, p_yes in zip(answers.values, answers.p_yes):
             if p_yes is not None:
                 scored += 1
-                yes += bool(answer.value)
+                yes += bool(value)
                 near += abs(p_yes - 0.5) <= NEAR_BOUNDARY
         self.answers_scored += scored
         self.answers_yes += yes

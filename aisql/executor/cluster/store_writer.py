@@ -31,7 +31,7 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Sequence
 
-from aisql.executor.answer_store import Answer, AnswerStore
+from aisql.executor.answer_store import Answer, AnswerColumns, AnswerStore
 from aisql.executor.cache import CacheError, SqliteAnswerStore
 from aisql.functions import Task
 
@@ -58,8 +58,8 @@ class InProcessStore:
         self._next += len(texts)
         return out
 
-    def put(self, ids: Sequence[int], answers: Sequence[Answer]) -> None:
-        self.store.put_many(self.key, {self._texts.pop(i): a for i, a in zip(ids, answers)})
+    def put(self, ids: Sequence[int], answers: AnswerColumns) -> None:
+        self.store.put_many(self.key, dict(zip(map(self._texts.pop, ids), answers.answers())))
 
     def close(self) -> int:
         return 0  # committed at each put
@@ -106,10 +106,10 @@ class StoreWriter:
             self._store.say_unreadable(unreadable)
         return {i: Answer(v, c, s, p) for i, v, c, s, p in found}
 
-    def put(self, ids: Sequence[int], answers: Sequence[Answer]) -> None:
+    def put(self, ids: Sequence[int], answers: AnswerColumns) -> None:
         """Queue answers for commit, by the ids `lookup` gave their texts."""
         self._check()
-        self._pipe.send(("put", list(ids), [(a.value, a.cost, a.score, a.p_yes) for a in answers]))
+        self._pipe.send(("put", list(ids), answers))
         self.sent += len(answers)
 
     def flush(self) -> int:
@@ -190,7 +190,7 @@ def _serve(path: str, pipe) -> None:
             for message in messages:
                 kind = message[0]
                 if kind == "put":
-                    batch += [(pending.pop(i), Answer(v, c, s, p)) for i, (v, c, s, p) in zip(message[1], message[2])]
+                    batch += zip(map(pending.pop, message[1]), message[2].answers())
                 elif kind == "get":
                     texts = message[1]
                     keys = [entry_key(key, t) for t in texts]

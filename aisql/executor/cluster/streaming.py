@@ -25,7 +25,7 @@ from itertools import chain, repeat
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from aisql.executor.answer_index import AnswerIndex, digest
-from aisql.executor.answer_store import Answer
+from aisql.executor.answer_store import AnswerColumns
 from aisql.executor.cluster.engine import ClusterEngine
 from aisql.executor.cluster.shard_plan import Group, ShardCutter
 from aisql.executor.cluster.store_writer import open_store_process
@@ -46,7 +46,7 @@ def answer_streamed(
     key: str,
     node_id: str,
     index: AnswerIndex,
-    on_answers: Callable[[list[Answer]], None],
+    on_answers: Callable[[AnswerColumns], None],
 ) -> "AnswerCounts":
     """Answers of every text the slices hold, into `index` and the store; the counts. `on_answers`
     sees each distinct text's answer once (cached or fresh): the node's confidence counts.
@@ -60,12 +60,12 @@ def answer_streamed(
     waiting_tuples: dict[bytes, list[int]] = {}  # texts queued or in flight -> their tuples' hashes (the final query's keys)
     exhausted = False
 
-    def record(keys: list[bytes], answers: list[Answer]) -> None:
+    def record(keys: list[bytes], answers: AnswerColumns) -> None:
         """Answers that arrived (from the cache or a worker): kept for the final query (by text
         and by the tuples waiting on them), their rows' logical tokens counted, each seen once
         by on_answers. Per answer only C-level loops (map, zip): millions of them a node."""
-        costs = [a.cost for a in answers]
-        codes = index.add_new(keys, [a.value for a in answers], costs)  # each text is asked once
+        costs = answers.costs
+        codes = index.add_new(keys, answers.values, costs)  # each text is asked once
         counts.logical_tokens += sum(map(operator.mul, map(waiting_rows.pop, keys), costs))
         tuples = list(map(waiting_tuples.pop, keys, repeat((), len(keys))))
         if all(len(t) == 1 for t in tuples):  # a tuple per text: the usual case
@@ -124,7 +124,7 @@ def answer_streamed(
         store_ids[0] += len(fresh_texts)
         cached = cache.lookup(fresh_texts)  # by position; the others are known to the cache by first_id + position
         if cached:
-            record([fresh_keys[i] for i in cached], list(cached.values()))
+            record([fresh_keys[i] for i in cached], AnswerColumns.of(list(cached.values())))
             counts.prompts_cached += len(cached)
             options.progress.advance(node_id, len(cached), 0)
         if all_new and not cached:  # each group's texts are queued as they are, ids in slice order
@@ -158,7 +158,7 @@ def answer_streamed(
         return None if shard is None else (shard, [item[0] for group in shard for item in group.payload])
 
     def on_result(shard, result, worker: str) -> None:
-        answers: list[Answer] = result.answers
+        answers: AnswerColumns = result.answers
         items = [item for group in shard for item in group.payload]  # (text, digest, cache id)
         cache.put([i for _, _, i in items], answers)  # the checkpoint: committed by the store process, even if this one dies
         record([k for _, k, _ in items], answers)

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from aisql.engine.base import EngineStats, GenerateRequest, ModelInfo, ScoreRequest
 from aisql.engine.model.loader import EngineOptions
-from aisql.executor.answer_store import Answer
+from aisql.executor.answer_store import Answer, AnswerColumns
 from aisql.executor.evaluate import Prepared, answer_prepared, prepare
 from aisql.functions import Task
 
@@ -30,7 +30,7 @@ class WorkerInfo:
 
 @dataclass
 class ShardResult:
-    answers: dict[str, Answer] | list[Answer]  # run_texts: in the order of the texts sent
+    answers: dict[str, Answer] | AnswerColumns  # run_texts: columns, in the order of the texts sent
     work: EngineStats  # what the engine computed for this shard
     busy_s: float
     truncated: int = 0  # run_texts: prompts cut to fit the context (--on-overflow truncate)
@@ -70,7 +70,8 @@ class EngineWorker:
         items = prepare(self.engine, task, texts, on_overflow=on_overflow)
         answers = answer_prepared(self.engine, task, items)
         busy = time.perf_counter() - started
-        return ShardResult([answers[t] for t in texts], self.engine.stats.since(before), busy, sum(1 for p in items if p.truncated))
+        columns = AnswerColumns.of([answers[t] for t in texts])
+        return ShardResult(columns, self.engine.stats.since(before), busy, sum(1 for p in items if p.truncated))
 
     def score(self, requests: Sequence[ScoreRequest], reuse: bool) -> tuple[list, EngineStats]:
         before = self.engine.stats.copy()
