@@ -97,7 +97,7 @@ def one_run(pairs: int, streamed: bool, rows_out: str | None = None, cache: str 
         cpu, started = time.process_time(), time.perf_counter()
         result = con.run(SQL, checkpoint_every=1000)
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the cache's writer process, ended with the node
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the node's store process (result-cache lookups and commits; the JSON keeps its first name, writer_process), ended with the node
         writer_cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
         done.set()
         sampler.join()
