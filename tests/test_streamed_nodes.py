@@ -366,12 +366,12 @@ def test_the_store_process_finds_what_is_stored_commits_what_it_was_sent_and_say
     store.put_many("task", {"stored": Answer(True, 3), "edited": Answer(True, 4)})
     store._db.execute("UPDATE answers SET value = 'not json' WHERE value LIKE '%4%'")  # edited by hand
     writer = StoreWriter(store, "task", task)
-    found = writer.lookup(["new 0", "stored", "edited", "new 1"])
-    assert found == {1: Answer(True, 3)} and store.unreadable_entries == 1 and "could not be read" in warned[0]
+    first, found = writer.lookup(["new 0", "stored", "edited", "new 1"])
+    assert first == 0 and found == {1: Answer(True, 3)} and store.unreadable_entries == 1 and "could not be read" in warned[0]
     writer.put([2, 0, 3], AnswerColumns.of([Answer(False, 5), Answer(True, 6), Answer(True, 7)]))  # ids: first lookup's positions
     for shard in range(5):
         texts = [f"shard {shard} prompt {i}" for i in range(100)]
-        assert writer.lookup(texts) == {}
+        assert writer.lookup(texts) == (4 + 100 * shard, {})
         first = 4 + 100 * shard
         writer.put(range(first, first + 100), AnswerColumns.of([Answer(i % 2 == 0, 10 + i, 0.9, 0.9) for i in range(100)]))
     assert writer.close() == 503

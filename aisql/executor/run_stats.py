@@ -54,16 +54,15 @@ class NodeStats:
 
     def count_signal(self, answer) -> None:
         """One distinct AI.IF answer's confidence (answers cached before it was kept have none)."""
-        if answer.p_yes is None:
-            return
-        self.answers_scored += 1
-        self.answers_yes += bool(answer.value)
-        self.answers_near_boundary += abs(answer.p_yes - 0.5) <= NEAR_BOUNDARY
+        self._count_signals((answer.value,), (answer.p_yes,))
 
     def count_signals(self, answers) -> None:
         """count_signal of each answer of a shard's columns (aisql.executor.answer_store.AnswerColumns)."""
+        self._count_signals(answers.values, answers.p_yes)
+
+    def _count_signals(self, values, p_yes_of) -> None:
         scored = yes = near = 0
-        for value, p_yes in zip(answers.values, answers.p_yes):
+        for value, p_yes in zip(values, p_yes_of):
             if p_yes is not None:
                 scored += 1
                 yes += bool(value)

@@ -46,17 +46,17 @@ class InProcessStore:
         self._texts: dict[int, str] = {}  # id -> text, for texts not found
         self._next = 0
 
-    def lookup(self, texts: Sequence[str]) -> dict[int, Answer]:
-        """Stored answers by position in `texts`; the others get ids next, next + 1, ..."""
+    def lookup(self, texts: Sequence[str]) -> tuple[int, dict[int, Answer]]:
+        """(first, stored answers by position in `texts`): the others get ids first + position."""
         found = self.store.get_many(self.key, texts, self.task.accepts)
-        out = {}
+        first, out = self._next, {}
         for i, text in enumerate(texts):
             if text in found:
                 out[i] = found[text]
             else:
-                self._texts[self._next + i] = text
+                self._texts[first + i] = text
         self._next += len(texts)
-        return out
+        return first, out
 
     def put(self, ids: Sequence[int], answers: AnswerColumns) -> None:
         self.store.put_many(self.key, dict(zip(map(self._texts.pop, ids), answers.answers())))
@@ -91,20 +91,23 @@ class StoreWriter:
         theirs.close()
         self._pipe = Connection(ours.detach())
         self._store = store  # the driver's: told of unreadable entries (its warning, its counts)
+        self._next = 0  # the id of the next text looked up
         self._pipe.send_bytes(first)
         self.sent = 0
         self.committed = 0
 
-    def lookup(self, texts: Sequence[str]) -> dict[int, Answer]:
-        """Stored answers by position in `texts`; the others get ids next, next + 1, ... (the
-        process numbers them alike)."""
+    def lookup(self, texts: Sequence[str]) -> tuple[int, dict[int, Answer]]:
+        """(first, stored answers by position in `texts`): the others get ids first + position
+        (the process numbers them alike)."""
+        first = self._next
+        self._next += len(texts)
         self._pipe.send(("get", list(texts)))
         message = self._receive("found")
         _, found, unreadable = message
         if unreadable:
             self._store.unreadable_entries += unreadable
             self._store.say_unreadable(unreadable)
-        return {i: Answer(v, c, s, p) for i, v, c, s, p in found}
+        return first, {i: Answer(v, c, s, p) for i, v, c, s, p in found}
 
     def put(self, ids: Sequence[int], answers: AnswerColumns) -> None:
         """Queue answers for commit, by the ids `lookup` gave their texts."""

@@ -120,9 +120,7 @@ def answer_streamed(
             fresh = admit_each(groups, flat, rows, entries)
         counts.prompts_unique += len(fresh)
         fresh_keys, fresh_texts = list(fresh), list(fresh.values())
-        first_id = store_ids[0]
-        store_ids[0] += len(fresh_texts)
-        cached = cache.lookup(fresh_texts)  # by position; the others are known to the cache by first_id + position
+        first_id, cached = cache.lookup(fresh_texts)  # by position; the others are known to the cache by first_id + position
         if cached:
             record([fresh_keys[i] for i in cached], AnswerColumns.of(list(cached.values())))
             counts.prompts_cached += len(cached)
@@ -171,7 +169,6 @@ def answer_streamed(
         options.progress.advance(node_id, len(answers), result.work.computed_tokens)
 
     cache = open_store_process(store, key, task)
-    store_ids = [0]  # the id the cache gives the next text it does not find
     with _collections_skip_what_exists():
         try:
             fill()
