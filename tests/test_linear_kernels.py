@@ -59,6 +59,19 @@ def test_the_measurement_is_made_once_per_cpu_dtype_and_shape(monkeypatch, tmp_p
     assert linear_kernels.choose(model, "float16").kernel == "default"  # not measured: no packed path for it
 
 
+def test_a_cpu_without_the_packed_kernel_keeps_pytorchs(monkeypatch, tmp_path):
+    """oneDNN refuses bf16 packing on a CPU without AVX-512 (a Zen 3): the default kernel, not a crash."""
+    monkeypatch.setenv("AISQL_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("AISQL_LINEAR_KERNEL", raising=False)
+
+    def refuse(shapes, dtype):
+        raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx_ne_convert or avx512bw")
+
+    monkeypatch.setattr(linear_kernels, "measure_speedup", refuse)
+    choice = linear_kernels.choose(torch.nn.Sequential(torch.nn.Linear(32, 48)), "bfloat16")
+    assert choice.kernel == "default" and "avx512bw" in choice.reason
+
+
 def test_an_engine_on_either_kernel_gives_the_same_answers(monkeypatch):
     from aisql.engine import ScoreRequest
 

@@ -147,6 +147,9 @@ def choose(model, dtype_name: str) -> KernelChoice:
     torch.set_num_threads(1)  # per-core speed: what the thread policy multiplies
     try:
         speedup = round(measure_speedup(shapes, getattr(torch, dtype_name)), 2)
+    except RuntimeError as err:  # oneDNN has no packed kernel for this dtype on this CPU (bf16 without AVX-512)
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return KernelChoice("default", None, f"no packed oneDNN linear for {dtype_name} on this CPU ({first})")
     finally:
         torch.set_num_threads(threads)
     kernel = "onednn" if speedup >= MIN_SPEEDUP else "default"
