@@ -11,7 +11,16 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
-Accept = Callable[[Any], bool]  # whether a stored value is one the asking task answers with
+# A stored answer as the asking task answers it (aisql.functions.Task.read): the answer (its
+# value decided again by the task's rule), None for an entry the task never answers with (edited
+# or corrupt: asked again, replaced, counted), or STALE for an older entry lacking what the rule
+# needs (asked again and replaced, silently).
+Reader = Callable[["Answer"], Any]
+
+
+def accepting(accepts: Callable[[Any], bool]) -> Reader:
+    """A reader that keeps an answer whose value `accepts` takes, as it is."""
+    return lambda answer: answer if accepts(answer.value) else None
 
 
 @dataclass(frozen=True)
@@ -22,10 +31,15 @@ class Answer:
     # AI.IF: P(Yes) among Yes and No — how sure the answer is (run summaries count answers near
     # 0.5). None for other functions, and for answers cached before it was kept.
     p_yes: float | None = None
+    # A scored task's raw log-probability of every label, in the task's label order: what the
+    # value is decided from (aisql.functions.decision), so a threshold, an offset or a
+    # calibration is applied on read and changing the rule costs no model time. None for
+    # generated answers, and for scored answers cached before they were kept.
+    logprobs: tuple[float, ...] | None = None
 
     def __reduce__(self):
         """Pickled as a plain tuple: workers send answers a shard at a time (~40% less to unpickle)."""
-        return (Answer, (self.value, self.cost, self.score, self.p_yes))
+        return (Answer, (self.value, self.cost, self.score, self.p_yes, self.logprobs))
 
 
 @dataclass
@@ -37,24 +51,28 @@ class AnswerColumns:
     costs: list[int]
     scores: list
     p_yes: list
+    logprobs: list
 
     @classmethod
     def of(cls, answers: Sequence[Answer]) -> "AnswerColumns":
-        return cls([a.value for a in answers], [a.cost for a in answers], [a.score for a in answers], [a.p_yes for a in answers])
+        return cls(
+            [a.value for a in answers], [a.cost for a in answers], [a.score for a in answers], [a.p_yes for a in answers], [a.logprobs for a in answers]
+        )
 
     def __len__(self) -> int:
         return len(self.values)
 
     def answers(self) -> list[Answer]:
-        return list(map(Answer, self.values, self.costs, self.scores, self.p_yes))
+        return list(map(Answer, self.values, self.costs, self.scores, self.p_yes, self.logprobs))
 
 
 class AnswerStore(Protocol):
     """`task` namespaces the answers: the model's fingerprint and the task's signature."""
 
-    def get_many(self, task: str, texts, accept: Accept | None = None) -> dict[str, Answer]:
-        """The stored answers of `texts`; a value `accept` refuses (an edited or corrupt cache
-        entry) is left out, so the caller asks the model again and `put_many` replaces it."""
+    def get_many(self, task: str, texts, read: Reader | None = None) -> dict[str, Answer]:
+        """The stored answers of `texts`, each as `read` makes it; what `read` refuses (an edited
+        or corrupt cache entry, an older one) is left out, so the caller asks the model again and
+        `put_many` replaces it."""
 
     def put_many(self, task: str, answers: dict[str, Answer]) -> None:
         """Store (and, for persistent stores, commit) the answers."""
@@ -66,11 +84,13 @@ class MemoryAnswerStore:
         self._lock = threading.Lock()
         self.committed = 0  # answers stored (kept for this process's life only)
 
-    def get_many(self, task: str, texts, accept: Accept | None = None) -> dict[str, Answer]:
+    def get_many(self, task: str, texts, read: Reader | None = None) -> dict[str, Answer]:
         found = {}
         for text in texts:
             answer = self._answers.get((task, text))
-            if answer is not None and (accept is None or accept(answer.value)):
+            if answer is not None and read is not None:
+                answer = read(answer)
+            if isinstance(answer, Answer):
                 found[text] = answer
         return found
 

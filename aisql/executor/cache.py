@@ -25,7 +25,7 @@ import warnings
 from typing import Callable, Iterable
 
 from aisql.errors import AisqlError, AisqlWarning
-from aisql.executor.answer_store import Accept, Answer, AnswerStore, MemoryAnswerStore
+from aisql.executor.answer_store import Answer, AnswerStore, MemoryAnswerStore, Reader
 from aisql.paths import cache_root
 
 SCHEMA_VERSION = 1
@@ -116,18 +116,21 @@ class SqliteAnswerStore:
             raise CacheError(f"cache file {self.path} has schema version {version}, this aisql reads {SCHEMA_VERSION}")
 
     # ---- the AnswerStore interface -------------------------------------------------------------
-    def get_many(self, task: str, texts: Iterable[str], accept: Accept | None = None) -> dict[str, Answer]:
+    def get_many(self, task: str, texts: Iterable[str], read: Reader | None = None) -> dict[str, Answer]:
         texts = list(dict.fromkeys(texts))
-        found = self.get_by_keys([entry_key(task, t) for t in texts], accept)
+        found = self.get_by_keys([entry_key(task, t) for t in texts], read)
         return {texts[i]: answer for i, answer in found.items()}
 
-    def get_by_keys(self, keys: list[bytes], accept: Accept | None = None, *, warn: bool = True) -> dict[int, Answer]:
-        """The stored answers of `keys` (entry keys, `entry_key`), by position in `keys`. An
-        entry that is unreadable or not an answer `accept`s is left out, remembered (the next
-        put replaces it) and counted in `unreadable_entries`; `warn`: say so."""
+    def get_by_keys(self, keys: list[bytes], read: Reader | None = None, *, warn: bool = True) -> dict[int, Answer]:
+        """The stored answers of `keys` (entry keys, `entry_key`), by position in `keys`, each as
+        `read` makes it (aisql.functions.Task.read). An entry that is unreadable or that `read`
+        refuses is left out, remembered (the next put replaces it) and counted in
+        `unreadable_entries`; `warn`: say so. An older entry `read` finds stale is left out and
+        replaced too, without a word (it is not damaged)."""
         position = {key: i for i, key in enumerate(keys)}
         found: dict[int, Answer] = {}
         unreadable: list[bytes] = []
+        stale: list[bytes] = []
         with self._lock:
             try:
                 for start in range(0, len(keys), _LOOKUP_CHUNK):
@@ -136,13 +139,18 @@ class SqliteAnswerStore:
                     for key, value in self._db.execute(f"SELECT key, value FROM answers WHERE key IN ({marks})", chunk):
                         key = bytes(key)
                         answer = _decode(value)
-                        if answer is None or (accept is not None and not _accepted(accept, answer.value)):
+                        if answer is not None and read is not None:
+                            answer = _read(read, answer)
+                        if answer is None:
                             unreadable.append(key)
+                        elif not isinstance(answer, Answer):
+                            stale.append(key)
                         elif key in position:
                             found[position[key]] = answer
             except sqlite3.DatabaseError as err:
                 raise self._read_error(err) from None
             self._unreadable.update(unreadable)
+            self._unreadable.update(stale)
         if unreadable:
             self.unreadable_entries += len(unreadable)
             if warn:
@@ -248,7 +256,12 @@ def _encode(answer: Answer) -> str:
     data = {"v": answer.value, "c": answer.cost, "s": answer.score}
     if answer.p_yes is not None:
         data["p"] = answer.p_yes
+    if answer.logprobs is not None:
+        data["l"] = list(answer.logprobs)
     return json.dumps(data)
+
+
+_FIELDS = ({"v", "c", "s"}, {"v", "c", "s", "p"}, {"v", "c", "s", "l"}, {"v", "c", "s", "p", "l"})
 
 
 def _decode(value) -> Answer | None:
@@ -257,20 +270,25 @@ def _decode(value) -> Answer | None:
         data = json.loads(value)
     except (TypeError, ValueError, RecursionError):  # not JSON, not text, nested past the parser
         return None
-    if not isinstance(data, dict) or data.keys() not in ({"v", "c", "s"}, {"v", "c", "s", "p"}):
+    if not isinstance(data, dict) or data.keys() not in _FIELDS:
         return None
-    cost, score, p_yes = data["c"], data["s"], data.get("p")
+    cost, score, p_yes, logprobs = data["c"], data["s"], data.get("p"), data.get("l")
     if type(cost) is not int or cost < 0:
         return None
     if score is not None and (type(score) not in (int, float) or not 0.0 <= score <= 1.0):
         return None
     if p_yes is not None and (type(p_yes) not in (int, float) or not 0.0 <= p_yes <= 1.0):
         return None
-    return Answer(value=data["v"], cost=cost, score=score, p_yes=p_yes)
+    if logprobs is not None:
+        if not isinstance(logprobs, list) or not logprobs or not all(type(lp) in (int, float) and lp <= 1e-3 for lp in logprobs):
+            return None
+        logprobs = tuple(float(lp) for lp in logprobs)
+    return Answer(value=data["v"], cost=cost, score=score, p_yes=p_yes, logprobs=logprobs)
 
 
-def _accepted(accept: Accept, value) -> bool:
+def _read(read: Reader, answer: Answer):
+    """`read(answer)`; None (unreadable) where a hand-edited value breaks the reader."""
     try:
-        return bool(accept(value))
-    except (TypeError, ValueError, KeyError, AttributeError, RecursionError):
-        return False
+        return read(answer)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError, RecursionError):
+        return None

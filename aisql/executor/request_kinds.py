@@ -59,6 +59,7 @@ def _score(engine: Engine, task: Task, items: Sequence["Prepared"], naive: bool)
             cost=request.standalone_tokens(),
             score=math.exp(scores.logprobs[scores.best]),
             p_yes=function.p_yes(scores.logprobs),
+            logprobs=tuple(float(lp) for lp in scores.logprobs),
         )
     return answers
 
