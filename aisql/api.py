@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -20,7 +21,7 @@ import duckdb
 
 from aisql.engine.base import Engine
 from aisql.engine.model.loader import ResolvedModel
-from aisql.errors import DataError
+from aisql.errors import AisqlWarning, DataError
 from aisql.executor.answer_store import AnswerStore
 from aisql.executor.duckdb_errors import file_error
 from aisql.executor.explaining import explain_script
@@ -71,6 +72,9 @@ class Connection:
         self._owns_session = session is None
         self.session = session or ModelSession(warn=warn, **model_options)
         self.last_result: QueryResult | None = None  # of the last .sql() call
+        # Say through Python's `warnings` when a run's answers carry little signal
+        # (aisql.executor.signals); the CLI and the shell print them in their summary instead.
+        self.quality_warnings = True
 
     # ---- setup ----------------------------------------------------------------------------
     @property
@@ -119,10 +123,16 @@ class Connection:
         if "progress" not in options and in_notebook():
             notebook_bar = options["progress"] = notebook_progress()
         try:
-            return run_script(self.duckdb, self.session, sql_text, RunRequest(**options))
+            result = run_script(self.duckdb, self.session, sql_text, RunRequest(**options))
         finally:
             if notebook_bar is not None:
                 notebook_bar.close()
+        if self.quality_warnings:
+            from aisql.executor.signals import warnings_of
+
+            for message in warnings_of(result.stats):
+                warnings.warn(message, AisqlWarning, stacklevel=2)
+        return result
 
     def sql(self, query: str, params=None, **run_options) -> duckdb.DuckDBPyRelation | None:
         """Plan and run `query` (AI calls included) and return its rows as a DuckDB relation, like

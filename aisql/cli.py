@@ -182,6 +182,7 @@ def _connect(
         cluster=cluster,
         warn=lambda message: stderr.print(f"[yellow]{_escape(message)}[/yellow]"),
     )
+    con.quality_warnings = False  # said in the run's summary (aisql.output), not as Python warnings
     search = [Path.cwd()] + ([query_dir] if query_dir else [])
     con.add_file_search_path(search)
     for spec in tables:

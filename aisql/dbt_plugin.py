@@ -81,3 +81,8 @@ class Plugin(BasePlugin):
                 f"{totals['prompts_evaluated']:,} asked the model",
                 file=sys.stderr,
             )
+        if used:  # answers that carry little signal are said even with quiet: they change what the models' rows mean
+            from aisql.executor.signals import warnings_of
+
+            for message in warnings_of(s for s in self.handle.stats.values() if s.rows_in):
+                print(f"aisql: warning: {message}", file=sys.stderr)

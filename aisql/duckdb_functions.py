@@ -64,6 +64,7 @@ class DuckDBFunctions:
             if f.duckdb_name is not None
         }
         self._seen: dict[str, set[str]] = {}  # per task store key: texts asked before
+        self._signal_counted: dict[str, set[str]] = {}  # per task store key: texts whose signal is in `stats`
         self._templates: dict[str, Template] = {}
         self._caster = duckdb.connect()  # DuckDB's own CAST(... AS VARCHAR), as the planner renders values
         self._caster_lock = threading.Lock()
@@ -122,15 +123,26 @@ class DuckDBFunctions:
             counts[text] = counts.get(text, 0) + 1
         answers: dict[Task, dict[str, Answer]] = {}
         for task, counts in by_task.items():
+            key = self.answering.key(task)
             try:
-                answers[task], done = self.answering.answer_texts(
-                    counts, task, seen=self._seen.setdefault(self.answering.key(task), set()), progress=(function, function)
-                )
+                answers[task], done = self.answering.answer_texts(counts, task, seen=self._seen.setdefault(key, set()), progress=(function, function))
                 stats.add(done)
             except AisqlError as err:
                 raise UdfError(f"{function}: {err.message}") from None
+            self._count_signal(stats, task, key, answers[task], counts)
         stats.wall_s += time.perf_counter() - started
         return [answers[task][text].value for task, text in rows]
+
+    def _count_signal(self, stats: NodeStats, task: Task, key: str, answers: dict[str, Answer], texts) -> None:
+        """Each distinct answer's signal once (aisql.executor.signals reads it at the end)."""
+        if not task.function.decides:
+            return
+        counted = self._signal_counted.setdefault(key, set())
+        for text in texts:
+            if text not in counted:
+                counted.add(text)
+                stats.count_signal(answers[text])
+                stats.count_values((answers[text].value,))
 
     # ---- prompt() helpers -------------------------------------------------------------------
     def _template(self, text: str, given: int) -> Template:

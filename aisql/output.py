@@ -241,6 +241,8 @@ class ResultPrinter:
             for line in stats.notes:
                 stderr.print(f"[dim]note: {escape(line)}[/dim]")
             print_summary(result, self.output)
+        else:  # quiet keeps what changes the answers' meaning: answers that carry little signal
+            print_quality(result.stats, warnings_only=True)
         _warn_truncated(stats)
         if note and not note_under_table:
             stderr.print(f"[yellow]note: {escape(note)}[/yellow]")
@@ -276,10 +278,19 @@ def run_note(result, quiet: bool = False) -> str | None:
     if quiet and model_note:
         model_note = "; ".join(part for part in model_note.split("; ") if "quantiz" in part) or None
     note = f"model {result.model.name}: {model_note}" if model_note else None
-    approximate = approximate_note(result.stats)
-    if approximate:
-        note = f"{note}; {approximate}" if note else approximate
+    for label in (approximate_note(result.stats), batch_note(result.stats)):
+        if label:
+            note = f"{note}; {label}" if note else label
     return note
+
+
+def batch_note(stats) -> str | None:
+    """Batch calibration's label (opt-in): a node's answers depend on the other rows that reached
+    it, so they may differ from row-by-row execution (one of the documented exceptions)."""
+    nodes = [n.node for n in stats.nodes if (n.decision or {}).get("source") == "batch"]
+    if not nodes:
+        return None
+    return f"BATCH-CALIBRATED {', '.join(nodes)}: answers depend on which rows reached the call (calibration 'batch')"
 
 
 def _warn_truncated(stats) -> None:
@@ -315,34 +326,19 @@ def approximate_note(stats) -> str | None:
     return "; ".join(parts) or None
 
 
-NEAR_CHANCE_SHARE = 0.25  # this share of answers at P(Yes) 0.4-0.6: the model is close to guessing
-ONE_SIDED_MIN = 20  # this many answers all Yes (or all No): said, it often means the question was not read
-
-
 def signal_lines(stats) -> list[tuple[str, bool]]:
-    """Per AI.IF node, how sure its answers were: the yes-rate and how many were near a coin toss
-    (P(Yes) 0.4-0.6), and (True) a warning when that says the answers carry little signal."""
-    lines = []
-    for node in stats.nodes:
-        scored = node.answers_scored
-        if not scored:
-            continue
-        near = node.answers_near_boundary
-        line = (
-            f"{node.node} {node.function}: Yes for {node.answers_yes / scored:.0%} of {scored:,} distinct prompts; "
-            f"{near:,} ({near / scored:.0%}) near a coin toss (P(Yes) 0.4-0.6)"
-        )
-        lines.append((line, False))
-        if near / scored >= NEAR_CHANCE_SHARE:
-            lines.append((
-                f"{node.node}'s answers are close to chance: the model barely prefers one answer for {near / scored:.0%} of them; "
-                "check a few against what you know, rephrase the question (README: phrasing), or use a larger model",
-                True,
-            ))
-        elif scored >= ONE_SIDED_MIN and node.answers_yes in (0, scored):
-            side = "Yes" if node.answers_yes else "No"
-            lines.append((f"{node.node} answered {side} to all {scored:,} prompts: check that the question fits the data, or rephrase it", True))
-    return lines
+    """Per AI node, what its answers say about themselves (aisql.executor.signals): (line, True
+    for a warning)."""
+    from aisql.executor.signals import quality_lines
+
+    return [(line.text, line.warning) for line in quality_lines(stats)]
+
+
+def print_quality(stats, warnings_only: bool = False) -> None:
+    """The nodes' quality lines (aisql.executor.signals) on stderr: warnings in yellow."""
+    for line, worrying in signal_lines(stats):
+        if worrying or not warnings_only:
+            stderr.print(f"[yellow]warning: {escape(line)}[/yellow]" if worrying else f"[dim]{escape(line)}[/dim]")
 
 
 def print_summary(result, output: str | None) -> None:
@@ -378,8 +374,7 @@ def print_summary(result, output: str | None) -> None:
     if result.stats.embed_model:
         parts.append(f"embed model {result.stats.embed_model}")
     stderr.print("[dim]" + escape(" · ".join(parts)) + "[/dim]")
-    for line, worrying in signal_lines(result.stats):
-        stderr.print(f"[yellow]warning: {escape(line)}[/yellow]" if worrying else f"[dim]{escape(line)}[/dim]")
+    print_quality(result.stats)
     workers = result.stats.workers()
     if workers:
         each = ", ".join(

@@ -144,7 +144,7 @@ class Answering:
         new = [t for t in counts if t not in seen]
         done.prompts_unique = len(new)
         seen.update(new)
-        known = self.store.get_many(key, list(counts), task.accepts)
+        known = self.store.get_many(key, list(counts), task.read)
         done.prompts_cached = sum(1 for t in new if t in known)
         todo = [t for t in counts if t not in known]
         if todo:
@@ -208,7 +208,7 @@ class Answering:
         """Final answers of aggregate groups: the cache first; the rest reduced level by level, every
         map and reduce prompt answered (cached, checkpointed) like any GENERATE prompt."""
         done = AnswerCounts()
-        known = self.store.get_many(key, list(counts), task.accepts)
+        known = self.store.get_many(key, list(counts), task.read)
         for text in counts:  # a cached group counts as one prompt answered from the cache
             if text in known:
                 done.prompts_total += 1

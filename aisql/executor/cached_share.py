@@ -27,5 +27,5 @@ def cached_share(node, stats, store, fingerprint: str, size: int = SAMPLE) -> Ca
         return None
     texts = [node.call.template.render(values) for values, _ in sample]
     task = node.call.task
-    found = store.get_many(task.store_key(fingerprint), texts, task.accepts)
+    found = store.get_many(task.store_key(fingerprint), texts, task.read)
     return CachedShare(len(found) / len(texts), len(texts), len(texts) < size)

@@ -17,7 +17,7 @@ import duckdb
 import numpy as np
 
 from aisql.executor.answering import Answering
-from aisql.executor.answer_store import Answer
+from aisql.executor.answer_store import Answer, accepting
 from aisql.executor.node_runtime import NodeRuntime
 from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN
 
@@ -49,7 +49,7 @@ def vector_check(embeddings: EmbeddingSource):
             and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
         )
 
-    return accepts
+    return accepting(accepts)
 
 
 class EmbeddingRuntime(NodeRuntime):

@@ -20,6 +20,8 @@ from aisql.engine.base import Engine
 from aisql.errors import AisqlError
 from aisql.executor.budget import BudgetExceeded
 from aisql.executor.answer_index import MISSING, AnswerIndex, digest
+from aisql.executor import decisions
+from aisql.executor.answer_store import Answer
 from aisql.executor.answering import Answering
 from aisql.executor.evaluate import evaluate
 from aisql.executor.prompts import PromptSet
@@ -42,12 +44,98 @@ class NodeRuntime:
         # Stopped early (LIMIT): tuples never asked answer NULL, which no predicate keeps.
         self.closed = False
         self.index: AnswerIndex | None = None  # a streamed node's answers, by prompt digest
+        # Batch calibration (opt-in): each distinct text's label log-probabilities, until the
+        # node's rule is fitted on them after its prefetch (aisql.executor.decisions).
+        self._batch: dict[str, Any] | None = None
         self._values_array: pa.Array | None = None  # index.values as Arrow (lookup_hashed)
         self.stats = NodeStats(node=node.id, function=node.call.describe(), strategy=node.strategy.value)
+        if self.call.function.decides:
+            self.stats.labels = list(self.task.labels)
 
     def result_type(self) -> tuple[str, object]:
         """(DuckDB type, Arrow type) of the node's answers."""
         return self.call.function.result_type(self.call.options)
+
+    # ---- the decision rule ------------------------------------------------------------------
+    @property
+    def calibrates_on_its_batch(self) -> bool:
+        """Batch calibration: the node's rule needs all its distinct prompts' answers first."""
+        return decisions.source_of(self.call) == "batch"
+
+    def prepare_decision(self, con: duckdb.DuckDBPyConnection, naive: bool) -> None:
+        """Set the node's rule before its prompts are answered: its labelled examples or its
+        content-free inputs asked first (cached, planned; one prompt per call when naive); a
+        batch calibration waits for the node's answers (naive: its input asked row by row first)."""
+        source = decisions.source_of(self.call)
+        if source is None:
+            return
+        started = time.perf_counter()
+        ask = self._ask_naive if naive else self._ask_planned
+        try:
+            if source == "batch" and self.options.targets_for(self.call) is not None:
+                raise AisqlError("calibration 'batch' cannot be combined with approximate mode", hint="use 'content_free' or examples")
+            if source == "examples":
+                rule, report = decisions.example_rule(con, self.call, self.task, ask)
+            elif source == "content_free":
+                rule, report = decisions.content_free_rule(self.call, self.task, ask)
+            elif naive:
+                texts = list(self._input_prompts(con).counts)
+                scores = ask(dataclasses.replace(self.task, decision=decisions.PENDING["batch"]), texts)
+                rule, report = decisions.batch_rule(self.call, self.task, [scores[t] for t in texts])
+            else:
+                rule, report = decisions.PENDING["batch"], {}
+                self._batch = {}
+        except duckdb.Error as err:
+            raise self._located(AisqlError(f"calibration 'batch': the node's input cannot be read ({str(err).splitlines()[0]})")) from None
+        except AisqlError as err:
+            raise self._located(err) from None
+        self.task = dataclasses.replace(self.task, decision=rule)
+        self.stats.decision = {"source": source, **(self.stats.decision or {}), **report}
+        self.stats.wall_s += time.perf_counter() - started
+
+    def batch_needs_input(self, why: str) -> AisqlError:
+        return self._located(
+            AisqlError(f"calibration 'batch' needs the call's input rows before the query runs, and {why}", hint="use 'content_free' or examples")
+        )
+
+    def _ask_planned(self, task: Task, texts: list[str]) -> dict[str, Any]:
+        """Label log-probabilities of texts the rule is made from, through the answering path."""
+        source = task.decision.source
+        known, counts = self.answering.answer_texts(
+            {t: 1 for t in texts}, task, seen=set(), progress=(f"{self.node.id}-{source}", f"{self.call.describe()} [{source.replace('_', '-')}]")
+        )
+        self._count_rule_prompts(counts.prompts_evaluated, counts.prompts_cached, counts.logical_tokens, counts.work)
+        return {t: known[t].logprobs for t in texts}
+
+    def _ask_naive(self, task: Task, texts: list[str]) -> dict[str, Any]:
+        """The same, one text per engine call, nothing reused or stored (naive mode)."""
+        out = {}
+        for text in texts:
+            answers, work = self.answering.measured(lambda engine: evaluate(engine, task, [text], naive=True, on_overflow=self.options.on_overflow))
+            out[text] = answers[text].logprobs
+            self._count_rule_prompts(1, 0, answers[text].cost, work)
+        return out
+
+    def _count_rule_prompts(self, evaluated: int, cached: int, logical: int, work) -> None:
+        """Prompts asked to make the node's rule: in the node's work (naive execution asks them too)."""
+        report = self.stats.decision = self.stats.decision or {}
+        report["prompts_evaluated"] = report.get("prompts_evaluated", 0) + evaluated
+        report["prompts_cached"] = report.get("prompts_cached", 0) + cached
+        self.stats.logical_tokens += logical
+        self.stats.add_engine(work)
+
+    def _fit_batch(self, prompts: PromptSet) -> None:
+        """Batch calibration after the prefetch: the rule from the node's distinct prompts, the
+        values decided again by it, and the signal counted on those values."""
+        answers, self._batch = self._batch, None
+        rule, report = decisions.batch_rule(self.call, self.task, list(answers.values()))
+        self.task = dataclasses.replace(self.task, decision=rule)
+        self.stats.decision.update(report)
+        function = self.call.function
+        decided = {text: function.value_from_scores(self.task, lp) for text, lp in answers.items()}
+        for values, text in prompts.text_of.items():
+            self.values[values] = decided[text]
+        self._count_signal((text, Answer(decided[text], 0, p_yes=function.p_yes(lp), logprobs=tuple(lp))) for text, lp in answers.items())
 
     # ---- planned --------------------------------------------------------------------------
     def prefetch(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -64,6 +152,8 @@ class NodeRuntime:
             self._answer_approximately(prompts, targets)
         else:
             self._answer(prompts)
+        if self._batch is not None:
+            self._fit_batch(prompts)
         self.stats.wall_s += time.perf_counter() - started
 
     def streamed_size(self, con: duckdb.DuckDBPyConnection) -> int | None:
@@ -74,6 +164,8 @@ class NodeRuntime:
         from aisql.executor.cluster import streamed_input
 
         if not self.answering.pooled() or kind_of(self.task).groups or self.options.targets_for(self.call) is not None:
+            return None
+        if self.calibrates_on_its_batch:  # its rule is fitted on every answer: the sharded path keeps them
             return None
         total = streamed_input.count_input(con, self.node.input_sql, self.call.arity)
         return total if total >= streamed_input.STREAM_AT else None
@@ -99,7 +191,7 @@ class NodeRuntime:
         self.options.progress.start(node_id, description, total, 0)
         try:
             counts = answer_streamed(
-                self.answering, cluster, self.task, slices, key=self.answering.key(self.task), node_id=node_id, index=self.index, on_answers=self.stats.count_signals
+                self.answering, cluster, self.task, slices, key=self.answering.key(self.task), node_id=node_id, index=self.index, on_answers=self._count_columns
             )
         except BudgetExceeded:
             raise
@@ -249,13 +341,46 @@ class NodeRuntime:
             raise self._located(err) from None
         for values, text in prompts.text_of.items():
             self.values[values] = known[text].value
+        if self._batch is not None:  # the rule waits for every answer (_fit_batch); so does the signal
+            self._batch.update((text, known[text].logprobs) for text in prompts.counts)
+            return
         self._count_signal((text, known[text]) for text in prompts.counts)
 
     def _count_signal(self, answers) -> None:
+        """Each distinct answer's signal once; where the node has a rule of its own, whether the
+        rule changed the answer from the likeliest label."""
+        own_value = self._own_value()
         for text, answer in answers:
             if text not in self.signal_counted:
                 self.signal_counted.add(text)
-                self.stats.count_signal(answer)
+                self.stats.count_signal(answer, own_value(answer.logprobs, answer.p_yes))
+                if self.call.function.decides:
+                    self.stats.count_values((answer.value,))
+
+    def _count_columns(self, answers) -> None:
+        """_count_signal for a streamed shard's columns (aisql.executor.answer_store.AnswerColumns)."""
+        self.stats.count_signals(answers)
+        if self.call.function.decides:
+            self.stats.count_values(answers.values)
+        if self.task.decision is not None:
+            own_value = self._own_value()
+            self.stats.answers_changed += sum(
+                1 for value, lp, p in zip(answers.values, answers.logprobs, answers.p_yes) if own_value(lp, p) not in (None, value)
+            )
+
+    def _own_value(self) -> Callable[[Any, Any], Any]:
+        """(label log-probabilities, P(Yes)) -> the likeliest label's value, where the node's rule
+        is another (None where it is not, or neither is known)."""
+        if self.task.decision is None:
+            return lambda logprobs, p_yes: None
+        function, plain = self.call.function, dataclasses.replace(self.task, decision=None)
+
+        def own(logprobs, p_yes):
+            if logprobs is not None:
+                return function.value_from_scores(plain, logprobs)
+            return None if p_yes is None else p_yes >= 0.5
+
+        return own
 
     def _answer_approximately(self, prompts: PromptSet, targets) -> None:
         """Approximate mode (opt-in): the LLM answers a sample and the rows the proxy is unsure

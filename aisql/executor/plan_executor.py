@@ -68,12 +68,17 @@ class Executor:
             bound_calls.register(self.con, runtime, self.naive, errors)
         try:
             self._duckdb(lambda: _bind_check(self.con, plan.final_ast), bound, source, errors)
+            for runtime in runtimes:  # examples and calibration inputs: asked before the node's own prompts
+                runtime.prepare_decision(self.con, self.naive)
             if not self.naive:
                 for runtime in runtimes:
-                    if runtime.node.strategy is Strategy.PREFETCH and runtime.node.stop_after is not None:
+                    whole = runtime.calibrates_on_its_batch  # its rule needs every answer: no early stop
+                    if runtime.node.strategy is Strategy.PREFETCH and runtime.node.stop_after is not None and not whole:
                         self._prefetch_until_limit(runtime, plan, bound, source, errors)
                     elif runtime.node.strategy is Strategy.PREFETCH:
                         self._prefetch(runtime, bound, source, errors)
+                    elif whole:
+                        raise runtime.batch_needs_input("its input rows are found while the query runs")
             final_sql = plan.final_sql
             hashed = [r for r in runtimes if r.looks_up_by_hash]
             if hashed:  # streamed nodes: the final query passes each tuple's hash (aisql.executor.tuple_hashes)
@@ -117,6 +122,8 @@ class Executor:
         except duckdb.BinderException as err:
             if errors.first is not None:
                 raise errors.first from None
+            if runtime.calibrates_on_its_batch:
+                raise runtime.batch_needs_input(f"its input rows cannot be derived ({str(err).splitlines()[0]})") from None
             runtime.stream_instead(f"input rows not derivable ({str(err).splitlines()[0]})")
         except duckdb.InterruptException:  # Ctrl-C while DuckDB ran it: a stop, never a fallback
             raise KeyboardInterrupt from None

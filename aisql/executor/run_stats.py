@@ -7,6 +7,7 @@ way row-by-row execution would send it; `computed_tokens` is what the model actu
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 
 from aisql.engine.base import EngineStats
@@ -51,25 +52,60 @@ class NodeStats:
     answers_scored: int = 0
     answers_yes: int = 0
     answers_near_boundary: int = 0
+    # AI.IF: distinct prompts by P(Yes), in SIGNAL_BINS equal bins from 0 to 1 (how spread the
+    # model's answers are: aisql.executor.signals reads it); AI.CLASSIFY / AI.SCORE: distinct
+    # prompts per value (SCORE's values rounded to 0.1).
+    p_yes_bins: list[int] = field(default_factory=list)
+    log_odds_sum: float = 0.0  # of log(P(Yes) / P(No)) over the distinct prompts counted: its spread
+    log_odds_squares: float = 0.0
+    value_counts: dict[str, int] = field(default_factory=dict)
+    labels: list[str] = field(default_factory=list)  # the labels a scored function chooses among (AI.SCORE: its scale)
+    # The node's decision rule when not the likeliest label (aisql.executor.decisions): what made
+    # it, its held-out check, its prompts; and how many distinct answers it made differ.
+    decision: dict | None = None
+    answers_changed: int = 0
 
-    def count_signal(self, answer) -> None:
-        """One distinct AI.IF answer's confidence (answers cached before it was kept have none)."""
+    def count_signal(self, answer, own_value=None) -> None:
+        """One distinct answer's signal (an AI.IF answer cached before P(Yes) was kept has none);
+        `own_value`: the likeliest label's value where the node's rule is another one."""
         self._count_signals((answer.value,), (answer.p_yes,))
+        if own_value is not None and own_value != answer.value:
+            self.answers_changed += 1
 
     def count_signals(self, answers) -> None:
         """count_signal of each answer of a shard's columns (aisql.executor.answer_store.AnswerColumns)."""
         self._count_signals(answers.values, answers.p_yes)
 
+    def count_values(self, values) -> None:
+        """Distinct answers of a labelled function other than AI.IF (AI.CLASSIFY's labels, AI.SCORE's values)."""
+        counts = self.value_counts
+        for value in values:
+            key = f"{value:.1f}" if isinstance(value, float) else str(value)
+            counts[key] = counts.get(key, 0) + 1
+
     def _count_signals(self, values, p_yes_of) -> None:
         scored = yes = near = 0
+        odds = odds_squares = 0.0
+        bins = self.p_yes_bins
+        if not bins:
+            bins.extend([0] * SIGNAL_BINS)
         for value, p_yes in zip(values, p_yes_of):
             if p_yes is not None:
                 scored += 1
                 yes += bool(value)
                 near += abs(p_yes - 0.5) <= NEAR_BOUNDARY
+                bins[min(int(p_yes * SIGNAL_BINS), SIGNAL_BINS - 1)] += 1
+                p = min(max(p_yes, 1e-9), 1 - 1e-9)
+                x = math.log(p / (1 - p))
+                odds += x
+                odds_squares += x * x
         self.answers_scored += scored
         self.answers_yes += yes
         self.answers_near_boundary += near
+        self.log_odds_sum += odds
+        self.log_odds_squares += odds_squares
+        if not self.answers_scored:
+            bins.clear()
 
     def add_engine(self, delta: EngineStats) -> None:
         for name in _FROM_ENGINE:
@@ -85,6 +121,7 @@ class NodeStats:
 
 
 NEAR_BOUNDARY = 0.1  # P(Yes) in [0.4, 0.6]: the model barely prefers one answer
+SIGNAL_BINS = 20  # P(Yes) histogram bins per AI.IF node
 
 
 def add_worker_counts(into: dict[str, dict], other: dict[str, dict]) -> None:

@@ -28,7 +28,7 @@ class SampleEvaluator:
         task = node.call.task
         key = answering.key(task)
         texts = [node.call.template.render(values) for values in tuples]
-        known = answering.store.get_many(key, texts, task.accepts)
+        known = answering.store.get_many(key, texts, task.read)
         todo = list(dict.fromkeys(t for t in texts if t not in known))
         if todo:
             if budget is not None and budget.allowed(len(todo)) < len(todo):

@@ -19,8 +19,9 @@ from sqlglot import exp
 
 from aisql.errors import BindError
 from aisql.engine.model.prompt_format import Framing
-from aisql.functions import arguments
+from aisql.functions import arguments, decision
 from aisql.functions.base import AIFunction, DuckDBParameter, Options, Request, Task, best_label
+from aisql.functions.decision import Decision
 
 INSTRUCTION = "You are a careful data analyst. Classify the input into exactly one of these categories: {labels}. Answer with the category only."
 
@@ -54,8 +55,23 @@ class AiClassify(AIFunction):
     def task(self, options: ClassifyOptions) -> Task:
         return Task(self, Framing(system=INSTRUCTION.format(labels=", ".join(options.labels))), options.labels)
 
+    decides = True
+
     def value_from_scores(self, task: Task, logprobs: Sequence[float]) -> str:
+        rule = task.decision
+        if rule is not None and rule.offsets is not None:
+            return task.labels[decision.argmax(decision.shifted(logprobs, rule.offsets))]
         return task.labels[best_label(logprobs)]
+
+    def example_label(self, task: Task, value: Any) -> str:
+        if isinstance(value, str):
+            for label in task.labels:
+                if value.strip().lower() == label.strip().lower():
+                    return label
+        raise ValueError(f"a label must be one of {list(task.labels)}, got {value!r}")
+
+    def fit_decision(self, task: Task, rows: Sequence[Sequence[float]], labels: Sequence[str]) -> Decision:
+        return Decision("examples", offsets=decision.fit_offsets(rows, [task.labels.index(label) for label in labels]))
 
     def accepts_value(self, task: Task, value) -> bool:
         return isinstance(value, str) and value in task.labels

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from aisql.engine.model.prompt_format import Framing
+from aisql.functions import decision
 from aisql.functions.base import AIFunction, Options, Request, Task, best_label
+from aisql.functions.decision import Decision
 
 LABELS = ("Yes", "No")
 FRAMING = Framing(system=None, answer_prefix="The answer is:", label_prefix=" ")
@@ -41,8 +43,11 @@ class AiIf(AIFunction):
     duckdb_name = "ai_if"
     signature_hint = "AI.IF(PROMPT('... {column} ...'))"
 
+    decides = True
+
     def task(self, options: Options) -> Task:
-        return Task(self, FRAMING, LABELS, threshold=getattr(options, "min_confidence", None))
+        threshold = getattr(options, "min_confidence", None)
+        return Task(self, FRAMING, LABELS, decision=Decision("min_confidence", threshold=threshold) if threshold is not None else None)
 
     def options_from_hints(self, spelling: str, options: Options, hints: dict[str, Any]) -> Options:
         threshold = hints.pop("min_confidence", None)
@@ -58,9 +63,29 @@ class AiIf(AIFunction):
         return 1.0 / (1.0 + math.exp(min(700.0, no - yes)))
 
     def value_from_scores(self, task: Task, logprobs: Sequence[float]) -> bool:
-        if task.threshold is not None:
-            return self.p_yes(logprobs) >= task.threshold
+        rule = task.decision
+        if rule is not None and rule.threshold is not None:
+            return self.p_yes(logprobs) >= rule.threshold
         return best_label(logprobs) == 0
+
+    # ---- the decision rule ----------------------------------------------------------------------
+    def example_label(self, task: Task, value: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.strip().lower() in _TRUTHS:
+            return _TRUTHS[value.strip().lower()]
+        raise ValueError(f"a label of AI.IF is TRUE or FALSE (or 'yes' / 'no'), got {value!r}")
+
+    def fit_decision(self, task: Task, rows: Sequence[Sequence[float]], labels: Sequence[bool]) -> Decision:
+        return Decision("examples", threshold=decision.fit_threshold([self.p_yes(r) for r in rows], labels))
+
+    def calibrated(self, task: Task, rows: Sequence[Sequence[float]], source: str) -> Decision:
+        return Decision(source, threshold=decision.calibration_threshold(rows))
+
+
+_TRUTHS = {"yes": True, "true": True, "1": True, "y": True, "t": True, "no": False, "false": False, "0": False, "n": False, "f": False}
 
 
 FUNCTION = AiIf()

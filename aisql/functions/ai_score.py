@@ -29,8 +29,9 @@ from sqlglot import exp
 
 from aisql.engine.model.prompt_format import Framing
 from aisql.errors import BindError
-from aisql.functions import arguments
+from aisql.functions import arguments, decision
 from aisql.functions.base import AIFunction, DuckDBParameter, Options, Request, Task
+from aisql.functions.decision import Decision
 
 FRAMING = Framing(system=None, answer_prefix="The score is:", label_prefix=" ")
 MAX_VALUES = 101
@@ -153,11 +154,35 @@ class AiScore(AIFunction):
         low, high = options.scale
         return Task(self, FRAMING, tuple(str(v) for v in range(low, high + 1)))
 
+    decides = True
+    quality_name = "mean absolute error (negated: higher is better)"
+
     def value_from_scores(self, task: Task, logprobs: Sequence[float]) -> float:
+        rule = task.decision
+        if rule is not None and rule.offsets is not None:
+            logprobs = decision.shifted(logprobs, rule.offsets)
         top = max(logprobs)
         weights = [math.exp(lp - top) for lp in logprobs]
         total = math.fsum(weights)
-        return math.fsum(w * int(label) for w, label in zip(weights, task.labels)) / total
+        expectation = math.fsum(w * int(label) for w, label in zip(weights, task.labels)) / total
+        if rule is not None and rule.points is not None:
+            return decision.interpolate(rule.points, expectation)
+        return expectation
+
+    def example_label(self, task: Task, value: Any) -> float:
+        low, high = int(task.labels[0]), int(task.labels[-1])
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high:
+            return float(value)
+        raise ValueError(f"a label of this AI.SCORE is a number from {low} to {high}, got {value!r}")
+
+    def fit_decision(self, task: Task, rows: Sequence[Sequence[float]], labels: Sequence[float]) -> Decision:
+        if len(set(labels)) < 2:
+            raise ValueError("examples of at least two scores are needed")
+        expectations = [self.value_from_scores(task, r) for r in rows]
+        return Decision("examples", points=decision.fit_monotone(expectations, labels))
+
+    def example_quality(self, predicted: Sequence[float], labels: Sequence[float]) -> float:
+        return -math.fsum(abs(p - t) for p, t in zip(predicted, labels)) / len(labels)
 
     def accepts_value(self, task: Task, value) -> bool:
         """A probability-weighted mean of the scale's labels: within the scale."""

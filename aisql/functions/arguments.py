@@ -15,7 +15,8 @@ from sqlglot import exp
 from aisql.errors import BindError
 
 MAX_MAX_TOKENS = 8192
-HINT_KEYS = {"selectivity", "anchor", "recall", "precision", "delta", "sample", "seed", "min_confidence", "proxy", "sampling"}
+HINT_KEYS = {"selectivity", "anchor", "recall", "precision", "delta", "sample", "seed", "min_confidence", "proxy", "sampling", "calibration"}
+CALIBRATIONS = ("none", "content_free", "batch")  # aisql.functions.decision
 APPROXIMATE_KEYS = ("recall", "precision", "delta", "sample", "seed", "proxy", "sampling")  # approximate mode's options (AI.IF)
 
 
@@ -98,6 +99,8 @@ def read_hints(spelling: str, node: exp.Expression) -> dict[str, Any]:
             raise BindError(f"{spelling}: option 'selectivity' must be a number between 0 and 1")
         if key == "min_confidence" and not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 < float(value) < 1.0):
             raise BindError(f"{spelling}: option 'min_confidence' must be a number between 0 and 1 (exclusive), e.g. 0.8")
+        if key == "calibration" and value not in CALIBRATIONS:
+            raise BindError(f"{spelling}: option 'calibration' must be one of {', '.join(repr(c) for c in CALIBRATIONS)}, got {item.expression.sql(dialect='duckdb')}")
         if key == "anchor" and not isinstance(value, str):
             raise BindError(f"{spelling}: option 'anchor' must be a table alias in quotes")
         problem = target_problem(key, value) if key in APPROXIMATE_KEYS else None
@@ -105,6 +108,31 @@ def read_hints(spelling: str, node: exp.Expression) -> dict[str, Any]:
             raise BindError(f"{spelling}: option {problem}")
         hints[key] = float(value) if key in ("selectivity", "recall", "precision", "delta", "min_confidence") else value
     return hints
+
+
+LITERAL_EXAMPLES = "SELECT UNNEST(__aisql_examples, recursive := true)"  # a list of structs, as a query
+
+
+def read_examples(spelling: str, node: exp.Expression) -> str:
+    """`examples => (SELECT ...)` or `examples => [{'col': ..., 'label': ...}, ...]`: the labelled
+    examples as one DuckDB query (its columns named like the prompt's placeholders, plus
+    `label`), run when the call's node starts (aisql.executor.decisions)."""
+    hint = "e.g. examples => (SELECT review, label FROM labelled) or examples => [{'review': 'Loved it', 'label': TRUE}]"
+    if isinstance(node, exp.Subquery):
+        node = node.this
+    if isinstance(node, exp.Query):
+        return node.sql(dialect="duckdb")
+    if isinstance(node, exp.Array):
+        if not node.expressions:
+            raise BindError(f"{spelling}: examples => [] holds no example", hint=hint)
+        for item in node.expressions:
+            if not isinstance(item, exp.Struct):
+                raise BindError(f"{spelling}: each example must be a struct like {{'review': '...', 'label': TRUE}}, got {item.sql(dialect='duckdb')}", hint=hint)
+            keys = [pair.this.name.lower() for pair in item.expressions if isinstance(pair, (exp.PropertyEQ, exp.Slice, exp.Kwarg))]
+            if "label" not in keys:
+                raise BindError(f"{spelling}: an example has no 'label': {item.sql(dialect='duckdb')}", hint=hint)
+        return f"{LITERAL_EXAMPLES} FROM (SELECT {node.sql(dialect='duckdb')} AS __aisql_examples)"
+    raise BindError(f"{spelling}: examples must be a query in parentheses or a list of structs, got {node.sql(dialect='duckdb')}", hint=hint)
 
 
 SAMPLINGS = ("auto", "progressive", "uniform", "importance")  # how the oracle's sample is drawn (aisql.executor.score_first)

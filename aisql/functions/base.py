@@ -28,6 +28,18 @@ from sqlglot import exp
 from aisql.engine.model.prompt_format import Framing
 from aisql.errors import BindError
 from aisql.functions import arguments
+from aisql.functions import decision
+from aisql.functions.decision import Decision
+
+
+class Stale:
+    """A cached answer that lacks what this task's rule needs (Task.read): a miss, replaced when answered."""
+
+    def __repr__(self) -> str:
+        return "STALE"
+
+
+STALE = Stale()
 
 
 class Request(enum.Enum):
@@ -70,7 +82,10 @@ class Task:
     sampling: tuple[float, float, int] | None = None  # GENERATE only: (temperature, top_p, seed); None: greedy
     instruction: str | None = None  # AGGREGATE only: the user's task description (AI_AGG's second argument)
     stage: bool = False  # an aggregate's map or reduce prompts: GENERATE requests (no instruction: its own key)
-    threshold: float | None = None  # IF only (min_confidence): TRUE when P(Yes) among Yes/No >= this; None: the likelier label
+    # SCORE tasks: the rule from label probabilities to the value (aisql.functions.decision) —
+    # min_confidence, fitted on examples, or a calibration; None: the function's own. Not part
+    # of the signature: the cache keeps raw probabilities and every reader applies its rule.
+    decision: Decision | None = None
 
     @property
     def signature(self) -> str:
@@ -84,8 +99,6 @@ class Task:
             parts += ["sampling", *map(repr, self.sampling)]
         if self.instruction is not None:
             parts += ["instruction", self.instruction]
-        if self.threshold is not None:
-            parts += ["threshold", repr(self.threshold)]
         payload = "\x1f".join(parts)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -93,6 +106,26 @@ class Task:
         """Whether `value` is an answer this task can have (aisql.executor.cache reads an entry
         that is not as a miss: edited by hand or corrupt, it is asked again)."""
         return self.function.accepts_value(self, value)
+
+    def read(self, answer: Any) -> Any:
+        """A stored answer (aisql.executor.answer_store.Answer) as this task answers it: a scored answer's value decided again from
+        its label probabilities by this task's rule; None for an entry this task never answers
+        with (edited or corrupt: asked again and replaced); STALE for an older entry without the
+        probabilities a non-default rule needs (asked again and replaced, not an error)."""
+        if self.request is not Request.SCORE:
+            return answer if self.accepts(answer.value) else None
+        if answer.logprobs is not None:
+            if len(answer.logprobs) != len(self.labels):
+                return None
+            value = self.function.value_from_scores(self, answer.logprobs)
+            return answer if value == answer.value and type(value) is type(answer.value) else dataclasses.replace(answer, value=value)
+        if not self.accepts(answer.value):
+            return None
+        if self.decision is None:
+            return answer
+        if self.decision.threshold is not None and answer.p_yes is not None:  # AI.IF entries kept P(Yes) before they kept every label's
+            return dataclasses.replace(answer, value=answer.p_yes >= self.decision.threshold)
+        return STALE
 
     def store_key(self, model_fingerprint: str) -> str:
         """Where this task's answers live in an answer store: per model, per task."""
@@ -109,7 +142,7 @@ class Task:
         return hash(self._key())
 
     def _key(self) -> tuple:
-        return (self.function.name, self.framing, self.labels, self.max_tokens, self.grammar, self.sampling, self.instruction, self.stage, self.threshold)
+        return (self.function.name, self.framing, self.labels, self.max_tokens, self.grammar, self.sampling, self.instruction, self.stage, self.decision)
 
 
 class AIFunction:
@@ -154,6 +187,7 @@ class AIFunction:
         if not positional:
             raise BindError(f"{spelling} needs a prompt argument", hint=f"e.g. {self.signature_hint}")
         prompt = positional.pop(0)
+        examples = named.pop("examples", None)
         vendor = arguments.read_vendor_arguments(spelling, named, samples=self.samples, approximates=self.approximates)
         for key, value in vendor.sampling.items():
             named.setdefault(key, value)
@@ -170,7 +204,27 @@ class AIFunction:
             raise BindError(f"{spelling} has no approximate mode (AI.IF has): recall / precision / delta do not apply")
         if vendor.approximate:
             hints["approximate"] = True
+        self.read_decision(spelling, examples, options, hints)
         return prompt, options, hints, vendor
+
+    def read_decision(self, spelling: str, examples: exp.Expression | None, options: Options, hints: dict[str, Any]) -> None:
+        """Labelled examples and a calibration (aisql.functions.decision), into `hints`: what the
+        executor asks before the node's prompts. One source of the rule at a time."""
+        calibration = hints.get("calibration")
+        if calibration == "none":
+            hints.pop("calibration")
+            calibration = None
+        if examples is None and calibration is None:
+            return
+        if not self.decides:
+            given = "examples" if examples is not None else "option 'calibration'"
+            raise BindError(f"{spelling} takes no {given}: it applies to functions that score labels (AI.IF, AI.CLASSIFY, AI.SCORE)")
+        if examples is not None:
+            if calibration is not None:
+                raise BindError(f"{spelling}: give examples or a calibration, not both (the examples' rule includes any calibration)")
+            hints["examples"] = arguments.read_examples(spelling, examples)
+        if getattr(options, "min_confidence", None) is not None:
+            raise BindError(f"{spelling}: min_confidence sets the decision itself; leave it out with {'examples' if examples is not None else 'a calibration'}")
 
     def options_from_hints(self, spelling: str, options: Options, hints: dict[str, Any]) -> Options:
         """Options written in the hints struct that change answers, not plans (AI.IF's
@@ -233,6 +287,58 @@ class AIFunction:
         if value is None:
             return task.request in (Request.GENERATE, Request.AGGREGATE)
         return sql_value_fits(self.sql_type, value)
+
+    # ---- the decision rule (aisql.functions.decision) ------------------------------------------
+    # A function whose value is decided from label probabilities can learn its rule from
+    # labelled examples and take a label-free calibration.
+    decides: ClassVar[bool] = False
+
+    def example_label(self, task: Task, value: Any) -> Any:
+        """A labelled example's label as one of this function's answers; ValueError saying why not."""
+        raise NotImplementedError
+
+    def fit_decision(self, task: Task, rows: Sequence[Sequence[float]], labels: Sequence[Any]) -> Decision:
+        """The rule fitted on examples' label log-probabilities (`rows`) and their labels."""
+        raise NotImplementedError
+
+    def calibrated(self, task: Task, rows: Sequence[Sequence[float]], source: str) -> Decision:
+        """A label-free calibration from the label log-probabilities of its inputs."""
+        return Decision(source, offsets=decision.calibration_offsets(rows))
+
+    def example_quality(self, predicted: Sequence[Any], labels: Sequence[Any]) -> float:
+        """How well answers match examples' labels, higher is better (balanced accuracy)."""
+        return decision.balanced_accuracy(predicted, labels)
+
+    quality_name: ClassVar[str] = "balanced accuracy"
+
+    def learn(self, task: Task, rows: Sequence[Sequence[float]], labels: Sequence[Any]) -> tuple[Decision | None, dict]:
+        """The rule examples support, with its held-apart check: fitted on all but one example and
+        tried on that one, in turn (leave-one-out); kept only if those held-out answers match the
+        labels better than the function's own answers to the same examples. (None, report) when
+        it is not kept."""
+        plain = dataclasses.replace(task, decision=None)
+        own = [self.value_from_scores(plain, r) for r in rows]
+
+        def held_out(train: list[int], i: int) -> Any:
+            try:
+                rule = self.fit_decision(plain, [rows[j] for j in train], [labels[j] for j in train])
+            except ValueError:  # the others lack a class: the function's own answer
+                return own[i]
+            return self.value_from_scores(dataclasses.replace(task, decision=rule), rows[i])
+
+        fitted = self.fit_decision(plain, rows, labels)
+        loo = decision.leave_one_out(len(rows), held_out)
+        held, baseline = self.example_quality(loo, labels), self.example_quality(own, labels)
+        kept = held > baseline
+        report = {
+            "examples": len(rows),
+            "rule": fitted.describe() if kept else "the likeliest label (kept: examples did not do better held out)",
+            "kept": kept,
+            "metric": self.quality_name,
+            "held_out": round(held, 4),
+            "model_own": round(baseline, 4),
+        }
+        return (fitted if kept else None), report
 
     # ---- presentation ----------------------------------------------------------------------------
     def describe_options(self, options: Options) -> str:

@@ -60,4 +60,11 @@ class AICall:
         text = self.template.text
         if len(text) > 60:
             text = text[:57] + "..."
-        return f"{self.spelling}(PROMPT({text!r}){self.function.describe_options(self.options)})"
+        return f"{self.spelling}(PROMPT({text!r}){self.function.describe_options(self.options)}{self._describe_decision()})"
+
+    def _describe_decision(self) -> str:
+        """Labelled examples or a calibration, as they follow the options in plans."""
+        if "examples" in self.hints:
+            return ", examples => (...)"
+        calibration = self.hints.get("calibration")
+        return f", {{'calibration': {calibration!r}}}" if calibration else ""

@@ -6,7 +6,7 @@ answer) — as much as everything else the driver does for a prompt of a streame
 and a single Python process has one core. So a streamed node hands its cache work to a store
 process (its own connection to the same file, the same SqliteAnswerStore code):
 
-- `lookup(texts)`: the process finds what is stored (and acceptable to the task) and answers
+- `lookup(texts)`: the process finds what is stored (as the task reads it: aisql.functions.Task.read) and answers
   with those; it keeps the entry keys of the others under consecutive ids — the driver counts
   the same ids — so their answers come back as (id, answer), never as texts again.
 - `put(ids, answers)`: queued; the process commits whatever has queued in one transaction — a
@@ -48,7 +48,7 @@ class InProcessStore:
 
     def lookup(self, texts: Sequence[str]) -> tuple[int, dict[int, Answer]]:
         """(first, stored answers by position in `texts`): the others get ids first + position."""
-        found = self.store.get_many(self.key, texts, self.task.accepts)
+        found = self.store.get_many(self.key, texts, self.task.read)
         first, out = self._next, {}
         for i, text in enumerate(texts):
             if text in found:
@@ -171,7 +171,7 @@ def _serve(path: str, pipe) -> None:
     except CacheError as err:
         pipe.send(("error", err.message, err.hint))
         return
-    key, accept = "", None
+    key, read = "", None
     pending: dict[int, bytes] = {}  # id -> entry key of a text looked up and not found
     next_id = 0
     committed = 0
@@ -198,7 +198,7 @@ def _serve(path: str, pipe) -> None:
                     texts = message[1]
                     keys = [entry_key(key, t) for t in texts]
                     before = store.unreadable_entries
-                    found = store.get_by_keys(keys, accept, warn=False)
+                    found = store.get_by_keys(keys, read, warn=False)
                     for i, k in enumerate(keys):
                         if i not in found:
                             pending[next_id + i] = k
@@ -206,7 +206,7 @@ def _serve(path: str, pipe) -> None:
                     rows = [(i, a.value, a.cost, a.score, a.p_yes) for i, a in found.items()]
                     replies.append(("found", rows, store.unreadable_entries - before))
                 elif kind == "task":
-                    key, accept = message[1], message[2].accepts
+                    key, read = message[1], message[2].read
                 elif kind == "flush":
                     replies.append(None)  # answered once this batch is committed
                 elif kind == "stop":

@@ -1,0 +1,162 @@
+"""What a run's answers say about themselves, without labels, per AI node: how AI.IF's P(Yes),
+AI.CLASSIFY's labels and AI.SCORE's values are spread, what the node's decision rule did, and a
+warning where the answers carry little signal — with what to try.
+
+One source for every surface: the CLI's and the shell's summary (aisql.output), Python's
+`warnings` (aisql.api), and dbt's end-of-run lines (aisql.dbt_plugin). The thresholds are chosen
+by measurement against labelled tasks (benchmarks/decisions.py, RESULTS.md §27): what a warning
+says is what it predicted there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+from aisql.executor.run_stats import NodeStats, RunStats
+
+# AI.IF: a node of at least SIGNAL_MIN distinct prompts is said to carry little signal when any of these hold
+SIGNAL_MIN = 20
+NEAR_CHANCE_SHARE = 0.25  # this share of answers at P(Yes) 0.4-0.6: the model is close to guessing
+ONE_SIDED_SHARE = 0.95  # this share of answers on one side: the question was likely not read, or the model defaults
+FLAT_LOG_ODDS_SD = 0.75  # log-odds of P(Yes) spread less than this across prompts: the answers barely depend on the data
+# AI.CLASSIFY: one label for this share of the distinct prompts
+DOMINANT_LABEL_SHARE = 0.95
+# AI.SCORE: values spread less than this share of the scale's width (standard deviation)
+BUNCHED_SCORE_SHARE = 0.06
+TRY = "give a few labelled rows (examples => (SELECT ..., label FROM ...)), rephrase the question, or use a larger model (--model)"
+
+
+@dataclass(frozen=True)
+class QualityLine:
+    node: str
+    text: str
+    warning: bool  # a warning (the answers carry little signal), else information
+
+
+def quality_lines(stats: RunStats | Iterable[NodeStats]) -> list[QualityLine]:
+    """The quality lines of every node of a run (or of the DuckDB functions' counts)."""
+    nodes = stats.nodes if isinstance(stats, RunStats) else list(stats)
+    lines: list[QualityLine] = []
+    for node in nodes:
+        lines += _decision_lines(node)
+        if node.answers_scored:
+            lines += _yes_no_lines(node)
+        elif node.value_counts:
+            lines += _labelled_lines(node)
+    return lines
+
+
+def warnings_of(stats: RunStats | Iterable[NodeStats]) -> list[str]:
+    return [line.text for line in quality_lines(stats) if line.warning]
+
+
+def log_odds_sd(node: NodeStats) -> float:
+    n = node.answers_scored
+    mean = node.log_odds_sum / n
+    return math.sqrt(max(node.log_odds_squares / n - mean * mean, 0.0))
+
+
+def _yes_no_lines(node: NodeStats) -> list[QualityLine]:
+    scored, yes, near = node.answers_scored, node.answers_yes, node.answers_near_boundary
+    spread = log_odds_sd(node)
+    lines = [
+        QualityLine(
+            node.node,
+            f"{node.node} {node.function}: Yes for {yes / scored:.0%} of {scored:,} distinct prompts; "
+            f"{near:,} ({near / scored:.0%}) near a coin toss (P(Yes) 0.4-0.6)",
+            False,
+        )
+    ]
+    if scored < SIGNAL_MIN:
+        return lines
+    reasons = []
+    side = max(yes, scored - yes)
+    if side / scored >= ONE_SIDED_SHARE:
+        word = "Yes" if yes >= scored - yes else "No"
+        reasons.append(f"{'all' if side == scored else f'{side / scored:.0%} of'} {scored:,} answers are {word}")
+    if near / scored >= NEAR_CHANCE_SHARE:
+        reasons.append(f"the model barely prefers one answer for {near / scored:.0%} of them (P(Yes) 0.4-0.6)")
+    if spread < FLAT_LOG_ODDS_SD:
+        reasons.append(f"P(Yes) hardly varies from prompt to prompt (log-odds spread {spread:.2f})")
+    if reasons:
+        lines.append(QualityLine(node.node, f"{node.node}'s answers carry little signal: {'; '.join(reasons)}; {TRY}", True))
+    return lines
+
+
+def _labelled_lines(node: NodeStats) -> list[QualityLine]:
+    counts = node.value_counts
+    total = sum(counts.values())
+    numeric = _numeric(counts)
+    if numeric is not None:  # AI.SCORE: values
+        values = [(v, c) for v, c in numeric]
+        mean = math.fsum(v * c for v, c in values) / total
+        sd = math.sqrt(max(math.fsum(c * (v - mean) ** 2 for v, c in values) / total, 0.0))
+        low, high = min(v for v, _ in values), max(v for v, _ in values)
+        lines = [QualityLine(node.node, f"{node.node} {node.function}: values {low:g} to {high:g} over {total:,} distinct prompts (sd {sd:.2f})", False)]
+        width = _scale_width(node)
+        if width and total >= SIGNAL_MIN and sd < BUNCHED_SCORE_SHARE * width:
+            lines.append(
+                QualityLine(node.node, f"{node.node}'s scores are bunched: sd {sd:.2f} on a scale {width:g} wide, most prompts score alike; {TRY}", True)
+            )
+        return lines
+    top, top_count = max(counts.items(), key=lambda kv: kv[1])
+    unused = [label for label in node.labels if label not in counts]
+    lines = [
+        QualityLine(
+            node.node,
+            f"{node.node} {node.function}: {top!r} for {top_count / total:.0%} of {total:,} distinct prompts"
+            + (f"; never chosen: {', '.join(repr(u) for u in unused)}" if unused else ""),
+            False,
+        )
+    ]
+    if total >= SIGNAL_MIN and top_count / total >= DOMINANT_LABEL_SHARE:
+        lines.append(QualityLine(node.node, f"{node.node}'s answers carry little signal: {top!r} for {top_count / total:.0%} of {total:,} prompts; {TRY}", True))
+    return lines
+
+
+def _numeric(counts: dict[str, int]) -> list[tuple[float, int]] | None:
+    try:
+        return [(float(k), c) for k, c in counts.items()]
+    except ValueError:
+        return None
+
+
+def _scale_width(node: NodeStats) -> float | None:
+    try:
+        scale = [float(label) for label in node.labels]
+    except ValueError:
+        return None
+    return max(scale) - min(scale) if len(scale) > 1 else None
+
+
+def _decision_lines(node: NodeStats) -> list[QualityLine]:
+    report = node.decision
+    if not report:
+        return []
+    source = report.get("source")
+    changed = f"; changed {node.answers_changed:,} distinct answers from the likeliest label" if node.answers_changed else ""
+    asked = report.get("prompts_evaluated", 0)
+    cached = report.get("prompts_cached", 0)
+    prompts = f" ({asked + cached:,} prompts: {asked:,} asked, {cached:,} from the result cache)" if asked + cached else ""
+    if source == "examples":
+        per_label = ", ".join(f"{count} {label}" for label, count in report.get("per_label", {}).items())
+        held = f"held out one at a time, {report['metric']} {report['held_out']:.3g} against the model's own {report['model_own']:.3g}"
+        if report.get("kept"):
+            text = f"{node.node}: rule from {report['examples']} labelled examples ({per_label}): {report['rule']} — {held}{changed}{prompts}"
+        else:
+            text = f"{node.node}: {report['examples']} labelled examples ({per_label}) did not beat the model's own answers ({held}): kept the likeliest label{prompts}"
+        return [QualityLine(node.node, text, False)]
+    if source == "content_free":
+        return [QualityLine(node.node, f"{node.node}: content-free calibration ({report.get('inputs', 0)} inputs): {report['rule']}{changed}{prompts}", False)]
+    if source == "batch":
+        return [
+            QualityLine(
+                node.node,
+                f"{node.node}: batch calibration over its {report.get('inputs', 0):,} distinct prompts: {report['rule']}{changed} "
+                "(answers depend on which rows reach the call)",
+                False,
+            )
+        ]
+    return []

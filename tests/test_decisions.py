@@ -1,0 +1,230 @@
+"""The decision rule (aisql.functions.decision, aisql.executor.decisions): labelled examples and
+label-free calibrations place each answer on the model's own label probabilities; the rule is
+applied on read, so the cache keeps raw probabilities, planned == naive, and a rerun or a changed
+rule asks the model nothing."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+
+from aisql.errors import AisqlError, AisqlWarning
+from aisql.executor.answer_store import Answer, MemoryAnswerStore
+from aisql.executor.cache import SqliteAnswerStore, _decode, _encode
+from aisql.functions import by_name, decision
+from aisql.functions.ai_classify import ClassifyOptions
+from aisql.functions.ai_score import ScoreOptions
+from aisql.functions.base import STALE, Options
+from aisql.functions.decision import Decision
+
+IF = by_name("IF")
+IF_TASK = IF.task(Options())
+PROMPT = "PROMPT('Is this review positive? {review}')"
+
+
+def log_pair(p: float) -> tuple[float, float]:
+    return (math.log(p), math.log(1 - p))
+
+
+# ---- the arithmetic --------------------------------------------------------------------------
+def test_a_fitted_threshold_separates_examples_and_sits_between_them():
+    p = [0.02, 0.05, 0.08, 0.11, 0.20, 0.30, 0.45, 0.60]
+    truth = [False, False, False, False, True, True, True, True]
+    t = decision.fit_threshold(p, truth)
+    assert 0.11 < t < 0.20  # every example right; not argmax's 0.5, which gets one positive wrong
+    assert decision.balanced_accuracy([x >= t for x in p], truth) == 1.0
+    with pytest.raises(ValueError):
+        decision.fit_threshold([0.1, 0.2], [True, True])
+
+
+def test_offsets_move_a_classifier_toward_the_examples_and_stay_at_zero_when_it_is_right():
+    rows = [[math.log(0.6), math.log(0.3), math.log(0.1)], [math.log(0.5), math.log(0.45), math.log(0.05)], [math.log(0.2), math.log(0.7), math.log(0.1)]]
+    assert decision.fit_offsets(rows, [0, 1, 1]) != (0.0, 0.0, 0.0)  # the second row needs label 1 to win
+    fitted = decision.fit_offsets(rows, [0, 1, 1])
+    assert [decision.argmax(decision.shifted(r, fitted)) for r in rows] == [0, 1, 1]
+    assert decision.fit_offsets(rows, [0, 0, 1]) == (0.0, 0.0, 0.0)  # already right: no change
+
+
+def test_a_monotone_map_pools_violators_and_interpolates():
+    points = decision.fit_monotone([1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 5.0])
+    assert [y for _, y in points] == [1.0, 2.5, 5.0]
+    assert decision.interpolate(points, 0.0) == 1.0 and decision.interpolate(points, 9.0) == 5.0
+    assert decision.interpolate(points, 1.75) == pytest.approx(1.75)
+
+
+def test_calibrations_are_thresholds_at_the_mean_p_yes_for_a_yes_no():
+    rows = [log_pair(0.2), log_pair(0.3), log_pair(0.4)]
+    assert decision.calibration_threshold(rows) == pytest.approx(0.3)
+    offsets = decision.calibration_offsets(rows)  # the same rule written as offsets
+    for p in (0.29, 0.31):
+        assert (decision.argmax(decision.shifted(log_pair(p), offsets)) == 0) == (p >= 0.3)
+
+
+def test_examples_are_kept_only_when_they_beat_the_model_held_out():
+    helpful = [log_pair(p) for p in (0.05, 0.1, 0.12, 0.15, 0.3, 0.35, 0.4, 0.45)]
+    rule, report = IF.learn(IF_TASK, helpful, [False] * 4 + [True] * 4)
+    assert rule is not None and report["kept"] and report["held_out"] > report["model_own"]
+    useless = [log_pair(p) for p in (0.9, 0.1, 0.8, 0.2)]  # the model already answers every example right
+    rule, report = IF.learn(IF_TASK, useless, [True, False, True, False])
+    assert rule is None and not report["kept"]
+
+
+# ---- applied on read -------------------------------------------------------------------------
+def test_a_stored_answer_is_decided_again_by_the_readers_rule():
+    answer = Answer(False, 10, score=0.7, p_yes=0.3, logprobs=log_pair(0.3))
+    strict = IF.task(Options())
+    loose = strict.__class__(**{**strict.__dict__, "decision": Decision("examples", threshold=0.25)})
+    assert strict.read(answer) is answer
+    assert loose.read(answer).value is True
+    older = Answer(False, 10, score=0.7, p_yes=0.3)  # kept P(Yes) but not every label's probability
+    assert loose.read(older).value is True and strict.read(older) is older
+    classify = by_name("CLASSIFY").task(ClassifyOptions(("a", "b")))
+    calibrated = classify.__class__(**{**classify.__dict__, "decision": Decision("batch", offsets=(0.0, 1.0))})
+    assert calibrated.read(Answer("a", 10, score=0.6)) is STALE  # no probabilities: asked again, not an error
+    assert calibrated.read(Answer("a", 10, logprobs=(math.log(0.6), math.log(0.4)))).value == "b"
+    assert calibrated.read(Answer("a", 10, logprobs=(-1.0, -1.0, -1.0))) is None  # not this task's labels: corrupt
+
+
+def test_the_cache_keeps_every_labels_probability_and_replaces_stale_entries_silently(tmp_path):
+    answer = Answer(True, 12, score=0.7, p_yes=0.7, logprobs=log_pair(0.7))
+    assert _decode(_encode(answer)) == answer
+    assert _decode('{"v": true, "c": 1, "s": 0.5, "l": ["x"]}') is None
+    said = []
+    store = SqliteAnswerStore(tmp_path / "a.sqlite", warn=said.append)
+    task = by_name("CLASSIFY").task(ClassifyOptions(("a", "b")))
+    store.put_many("k", {"old": Answer("a", 3, score=0.6)})
+    wanting = task.__class__(**{**task.__dict__, "decision": Decision("examples", offsets=(0.0, 0.5))})
+    assert store.get_many("k", ["old"], wanting.read) == {} and said == []  # stale: a miss, no warning
+    store.put_many("k", {"old": Answer("b", 3, score=0.6, logprobs=(math.log(0.45), math.log(0.55)))})
+    assert store.get_many("k", ["old"], wanting.read)["old"].value == "b"  # replaced, not ignored
+    assert store.get_many("k", ["old"], task.read)["old"].value == "b"
+    memory = MemoryAnswerStore()
+    memory.put_many("k", {"t": Answer("a", 3, logprobs=(math.log(0.55), math.log(0.45)))})
+    assert memory.get_many("k", ["t"], wanting.read)["t"].value == "b"
+
+
+def test_min_confidence_shares_the_default_answers_key():
+    """The rule is not part of the key: answers cached without it serve it (tests/test_cache_keys.py)."""
+    assert IF.task(IF.options_from_hints("AI.IF", Options(), {"min_confidence": 0.9})).store_key("FP") == IF_TASK.store_key("FP")
+
+
+# ---- through SQL -----------------------------------------------------------------------------
+def labelled(con) -> None:
+    """Examples from the reviews the example data rates: 4 or 5 stars positive."""
+    con.duckdb.execute("CREATE TABLE labelled AS SELECT DISTINCT review, rating >= 4 AS label FROM reviews")
+
+
+def yes_rows(con, call: str, **run) -> tuple[dict, object]:
+    result = con.run(f"SELECT id, {call} AS yes FROM reviews ORDER BY id", **run)
+    return dict(zip(result.table.column("id").to_pylist(), result.table.column("yes").to_pylist())), result
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ", examples => (SELECT review, label FROM labelled)",
+        ", {'calibration': 'content_free'}",
+        ", {'calibration': 'batch'}",
+    ],
+)
+def test_planned_equals_naive_with_every_rule(make_connection, options):
+    con = make_connection()
+    labelled(con)
+    planned, result = yes_rows(con, f"AI.IF({PROMPT}{options})")
+    naive, naive_result = yes_rows(con, f"AI.IF({PROMPT}{options})", naive=True)
+    assert planned == naive
+    assert result.stats.nodes[0].decision["rule"] == naive_result.stats.nodes[0].decision["rule"]
+
+
+def test_examples_fit_the_split_they_show_and_change_answers(make_connection):
+    con = make_connection()
+    _, result = yes_rows(con, f"AI.IF({PROMPT})")
+    from aisql.sql.template import parse_template
+
+    texts = con.duckdb.execute("SELECT DISTINCT review FROM reviews ORDER BY review").fetchall()
+    template = parse_template("Is this review positive? {review}")
+    p = {r: con.store.get_many(IF_TASK.store_key(con.fingerprint()), [template.render([r])])[template.render([r])].p_yes for (r,) in texts}
+    ordered = sorted(p.values())
+    cut = (ordered[len(ordered) // 3] + ordered[len(ordered) // 3 - 1]) / 2  # a split unlike argmax's
+    con.duckdb.execute("CREATE TABLE shown (review VARCHAR, label BOOLEAN)")
+    con.duckdb.executemany("INSERT INTO shown VALUES (?, ?)", [(r, p[r] >= cut) for r in p])
+    fitted, fitted_result = yes_rows(con, f"AI.IF({PROMPT}, examples => (SELECT review, label FROM shown))")
+    node = fitted_result.stats.nodes[0]
+    if node.decision["kept"]:
+        review_of = dict(con.duckdb.execute("SELECT id, review FROM reviews").fetchall())
+        assert all(fitted[i] == (p[review_of[i]] >= cut) for i in fitted)
+        assert node.answers_changed == sum((p[r] >= cut) != (p[r] >= 0.5) for r in p)
+    assert node.decision["examples"] == len(p) and node.decision["source"] == "examples"
+
+
+def test_examples_are_cached_prompts_and_a_rerun_asks_nothing(make_connection, tmp_path):
+    con = make_connection(cache=str(tmp_path / "answers.sqlite"))
+    labelled(con)
+    call = f"AI.IF({PROMPT}, examples => (SELECT review, label FROM labelled))"
+    first, result = yes_rows(con, call)
+    assert result.stats.nodes[0].decision["prompts_evaluated"] == 12  # the 12 distinct reviews, asked once
+    again, rerun = yes_rows(con, call)
+    assert again == first
+    assert rerun.stats.totals()["prompts_evaluated"] == 0 and rerun.stats.totals()["computed_tokens"] == 0
+    assert rerun.stats.nodes[0].decision["prompts_evaluated"] == 0 and rerun.stats.nodes[0].decision["prompts_cached"] == 12
+    # changing the rule costs no model time: the cache keeps every label's probability
+    _, other = yes_rows(con, f"AI.IF({PROMPT}, {{'min_confidence': 0.3}})")
+    assert other.stats.totals()["computed_tokens"] == 0
+
+
+def test_literal_examples_and_classify_and_score_examples(make_connection):
+    con = make_connection()
+    literal = "[{'review': 'I love it', 'label': 'yes'}, {'review': 'Broke at once', 'label': 'no'}, {'review': 'Great', 'label': 'Yes'}, {'review': 'Awful', 'label': 'false'}]"
+    _, result = yes_rows(con, f"AI.IF({PROMPT}, examples => {literal})")
+    assert result.stats.nodes[0].decision["per_label"] == {"false": 2, "true": 2}
+    classify = con.run(
+        "SELECT AI.CLASSIFY(PROMPT('{review}'), ['good', 'bad'], examples => (SELECT review, CASE WHEN rating >= 4 THEN 'Good' ELSE 'bad' END AS label FROM reviews)) AS c FROM reviews"
+    )
+    assert set(classify.table.column("c").to_pylist()) <= {"good", "bad"}
+    assert set(classify.stats.nodes[0].decision["per_label"]) == {"good", "bad"}  # 'Good' read as the label 'good'
+    assert classify.stats.nodes[0].decision["examples"] == 120
+    score = con.run("SELECT AI.SCORE(PROMPT('Rate from 1 to 5: {review}'), examples => (SELECT review, rating AS label FROM reviews)) AS s FROM reviews")
+    assert all(1 <= s <= 5 for s in score.table.column("s").to_pylist())
+    assert score.stats.nodes[0].decision["metric"].startswith("mean absolute error")
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (f"AI.IF({PROMPT}, {{'calibration': 'batch'}}, examples => (SELECT review, label FROM labelled))", "examples or a calibration, not both"),
+        (f"AI.IF({PROMPT}, {{'calibration': 'platt'}})", "'calibration' must be one of"),
+        (f"AI.IF({PROMPT}, examples => 'reviews')", "examples must be a query in parentheses or a list of structs"),
+        (f"AI.IF({PROMPT}, examples => [{{'review': 'x'}}])", "has no 'label'"),
+        (f"AI.IF({PROMPT}, examples => (SELECT review FROM labelled))", "no column named label"),
+        (f"AI.IF({PROMPT}, examples => (SELECT review AS text, label, 1 AS n FROM labelled))", "do not match the prompt's arguments"),
+        (f"AI.IF({PROMPT}, examples => (SELECT review, 'maybe' AS label FROM labelled))", "row 1: a label of AI.IF is TRUE or FALSE"),
+        (f"AI.IF({PROMPT}, examples => (SELECT review, NULL::BOOLEAN AS label FROM labelled))", "row 1 has a NULL"),
+        (f"AI.IF({PROMPT}, examples => (SELECT review, TRUE AS label FROM labelled))", "examples of both answers are needed"),
+        (f"AI.IF({PROMPT}, examples => (SELECT review, label FROM missing_table))", "examples: Catalog Error"),
+        (f"AI.IF({PROMPT}, examples => [{{'review': 'a', 'label': TRUE}}, {{'review': 'b', 'label': 'no'}}])", "examples: .*Error"),
+        (f"AI.IF({PROMPT}, {{'min_confidence': 0.8}}, examples => (SELECT review, label FROM labelled))", "min_confidence sets the decision"),
+        ("AI.GENERATE(PROMPT('{review}'), examples => (SELECT review, label FROM labelled))", "takes no examples"),
+        (f"AI.IF({PROMPT}, examples => (SELECT review, label FROM labelled WHERE false))", "returned no rows"),
+        ("AI.SCORE(PROMPT('Rate from 1 to 5: {review}'), examples => (SELECT review, 9 AS label FROM labelled))", "a number from 1 to 5"),
+    ],
+)
+def test_bad_examples_and_calibrations_get_one_located_line(make_connection, call, message):
+    con = make_connection()
+    labelled(con)
+    with pytest.raises(AisqlError, match=message) as caught:
+        con.run(f"SELECT id,\n  {call} FROM reviews")
+    assert caught.value.line == 2
+
+
+def test_the_python_api_warns_when_answers_carry_little_signal(make_connection, monkeypatch):
+    from aisql.executor import signals
+
+    monkeypatch.setattr(signals, "ONE_SIDED_SHARE", 0.8)  # the random-weight model answers 89% No at this threshold
+    con = make_connection()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        con.run("SELECT id, AI.IF(PROMPT('Is this review positive? {review} (#{id})'), {'min_confidence': 0.999}) FROM reviews")
+    said = [str(w.message) for w in caught if issubclass(w.category, AisqlWarning)]
+    assert any("carry little signal" in s and "answers are No" in s for s in said), said
