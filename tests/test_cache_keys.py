@@ -2,7 +2,13 @@
 accident (a changed key silently pays for every cached answer again; a reused key could serve a
 wrong one). GENERATE's key and model fingerprints are those aisql computed at commit 0feeee6.
 IF's framing (TRUE/FALSE -> "The answer is: Yes/No") and CLASSIFY's instruction changed on purpose: their
-keys must differ from 0feeee6's, so answers cached under the old framing are never served."""
+keys must differ from 0feeee6's, so answers cached under the old framing are never served.
+
+Re-pinned on purpose by issue 41: a scored answer's entry keeps every label's raw log-probability
+and the decision rule (min_confidence, labelled examples, a calibration) is applied on read, so the
+rule left the key. IF with min_confidence used to have a key of its own ("threshold" in the
+signature); it now shares the default's, whose entries (which kept P(Yes)) serve any threshold.
+Every other key is unchanged."""
 
 from __future__ import annotations
 
@@ -22,6 +28,9 @@ def test_task_keys_are_pinned():
     assert by_name("IF").task(Options()).store_key("FP") == "FP/64ae128b57d1a208" != OLD_IF
     assert by_name("CLASSIFY").task(ClassifyOptions(("a", "b c"))).store_key("FP") == "FP/b0bade385783c735" != OLD_CLASSIFY
     assert by_name("GENERATE").task(GenerateOptions(7)).store_key("FP") == "FP/ce85d2f83d33fd92"  # unchanged since 0feeee6
+    # issue 41: the rule is not in the key (min_confidence's own key, before: FP/ plus a "threshold" part)
+    strict = by_name("IF").options_from_hints("AI.IF", Options(), {"min_confidence": 0.9})
+    assert by_name("IF").task(strict).store_key("FP") == "FP/64ae128b57d1a208"
 
 
 def test_model_fingerprints_are_unchanged(tmp_path: Path):

@@ -179,6 +179,9 @@ def test_literal_examples_and_classify_and_score_examples(make_connection):
     literal = "[{'review': 'I love it', 'label': 'yes'}, {'review': 'Broke at once', 'label': 'no'}, {'review': 'Great', 'label': 'Yes'}, {'review': 'Awful', 'label': 'false'}]"
     _, result = yes_rows(con, f"AI.IF({PROMPT}, examples => {literal})")
     assert result.stats.nodes[0].decision["per_label"] == {"false": 2, "true": 2}
+    pairs = "[('I love it', 'good'), ('Broke at once', 'bad'), ('Great', 'Good'), ('Awful', 'bad')]"  # BigQuery's AI.CLASSIFY form
+    bigquery = con.run(f"SELECT AI.CLASSIFY(review, ['good', 'bad'], examples => {pairs}) AS c FROM reviews", dialect="bigquery")
+    assert bigquery.stats.nodes[0].decision["per_label"] == {"bad": 2, "good": 2}
     classify = con.run(
         "SELECT AI.CLASSIFY(PROMPT('{review}'), ['good', 'bad'], examples => (SELECT review, CASE WHEN rating >= 4 THEN 'Good' ELSE 'bad' END AS label FROM reviews)) AS c FROM reviews"
     )
@@ -199,6 +202,7 @@ def test_literal_examples_and_classify_and_score_examples(make_connection):
         (f"AI.IF({PROMPT}, examples => [{{'review': 'x'}}])", "has no 'label'"),
         (f"AI.IF({PROMPT}, examples => (SELECT review FROM labelled))", "no column named label"),
         (f"AI.IF({PROMPT}, examples => (SELECT review AS text, label, 1 AS n FROM labelled))", "do not match the prompt's arguments"),
+        (f"AI.IF({PROMPT}, examples => [('a', TRUE, 1)])", "an example pair is"),
         (f"AI.IF({PROMPT}, examples => (SELECT review, 'maybe' AS label FROM labelled))", "row 1: a label of AI.IF is TRUE or FALSE"),
         (f"AI.IF({PROMPT}, examples => (SELECT review, NULL::BOOLEAN AS label FROM labelled))", "row 1 has a NULL"),
         (f"AI.IF({PROMPT}, examples => (SELECT review, TRUE AS label FROM labelled))", "examples of both answers are needed"),

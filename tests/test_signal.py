@@ -65,11 +65,14 @@ def test_p_yes_is_kept_in_the_result_cache_and_older_entries_still_read():
 
 
 def test_answers_near_chance_or_all_one_side_are_said():
-    def stats(scored, yes, near):
+    def stats(scored, yes, near, spread=2.0):
         node = NodeStats(node="ai_1", function="AI.IF(...)", strategy="prefetch", answers_scored=scored, answers_yes=yes, answers_near_boundary=near)
+        node.log_odds_squares = scored * spread**2  # log-odds of mean 0 and this standard deviation
         return RunStats(model="m", model_note=None, mode="planned", nodes=[node])
 
     assert [w for _, w in signal_lines(stats(100, 60, 10))] == [False]
-    assert "close to chance" in signal_lines(stats(100, 60, 40))[1][0]
-    assert "answered Yes to all 50 prompts" in signal_lines(stats(50, 50, 0))[1][0]
+    assert "barely prefers one answer for 40%" in signal_lines(stats(100, 60, 40))[1][0]
+    assert "all 50 answers are Yes" in signal_lines(stats(50, 50, 0))[1][0]
+    assert "96% of 100 answers are No" in signal_lines(stats(100, 4, 0))[1][0]
+    assert "hardly varies" in signal_lines(stats(100, 50, 0, spread=0.2))[1][0]
     assert len(signal_lines(stats(5, 5, 0))) == 1  # too few to say

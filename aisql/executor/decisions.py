@@ -78,8 +78,9 @@ def read_examples(con: duckdb.DuckDBPyConnection, call: AICall, task: Task) -> t
 
 
 def _columns_for(call: AICall, columns: list[str]) -> list[str]:
-    """The examples' columns that fill the prompt's arguments: by the arguments' column names,
-    else (all of them) in order beside `label`."""
+    """The examples' columns that fill the prompt's arguments: by the arguments' column names;
+    else in order beside `label` where that cannot swap two of them (one argument, or arguments
+    that are not columns)."""
     by_name = {c.lower(): c for c in columns}
     if "label" not in by_name:
         raise ExamplesError(f"examples: no column named label (columns: {', '.join(columns)})", hint="name the examples' answer column label")
@@ -87,7 +88,8 @@ def _columns_for(call: AICall, columns: list[str]) -> list[str]:
     if names and all(n is not None and n in by_name for n in names):
         return [by_name[n] for n in names]
     others = [c for c in columns if c.lower() != "label"]
-    if len(others) == call.arity and any(n is None for n in names):
+    # by position: one argument and one column (BigQuery's (input, label) pairs), or arguments without names
+    if len(others) == call.arity and (call.arity == 1 or any(n is None for n in names)):
         return others
     wanted = ", ".join(n if n is not None else f"<argument {i + 1}>" for i, n in enumerate(names))
     raise ExamplesError(

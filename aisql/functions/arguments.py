@@ -117,7 +117,7 @@ def read_examples(spelling: str, node: exp.Expression) -> str:
     """`examples => (SELECT ...)` or `examples => [{'col': ..., 'label': ...}, ...]`: the labelled
     examples as one DuckDB query (its columns named like the prompt's placeholders, plus
     `label`), run when the call's node starts (aisql.executor.decisions)."""
-    hint = "e.g. examples => (SELECT review, label FROM labelled) or examples => [{'review': 'Loved it', 'label': TRUE}]"
+    hint = "e.g. examples => (SELECT review, label FROM labelled), [{'review': 'Loved it', 'label': TRUE}] or [('Loved it', TRUE)]"
     if isinstance(node, exp.Subquery):
         node = node.this
     if isinstance(node, exp.Query):
@@ -125,6 +125,8 @@ def read_examples(spelling: str, node: exp.Expression) -> str:
     if isinstance(node, exp.Array):
         if not node.expressions:
             raise BindError(f"{spelling}: examples => [] holds no example", hint=hint)
+        if all(isinstance(item, exp.Tuple) for item in node.expressions):  # BigQuery's pairs: [('input', 'label'), ...]
+            node = exp.Array(expressions=[_pair_as_struct(spelling, item, hint) for item in node.expressions])
         for item in node.expressions:
             if not isinstance(item, exp.Struct):
                 raise BindError(f"{spelling}: each example must be a struct like {{'review': '...', 'label': TRUE}}, got {item.sql(dialect='duckdb')}", hint=hint)
@@ -133,6 +135,14 @@ def read_examples(spelling: str, node: exp.Expression) -> str:
                 raise BindError(f"{spelling}: an example has no 'label': {item.sql(dialect='duckdb')}", hint=hint)
         return f"{LITERAL_EXAMPLES} FROM (SELECT {node.sql(dialect='duckdb')} AS __aisql_examples)"
     raise BindError(f"{spelling}: examples must be a query in parentheses or a list of structs, got {node.sql(dialect='duckdb')}", hint=hint)
+
+
+def _pair_as_struct(spelling: str, pair: exp.Tuple, hint: str) -> exp.Struct:
+    """BigQuery's example `('input text', 'label')` as the struct {'input': ..., 'label': ...}."""
+    if len(pair.expressions) != 2:
+        raise BindError(f"{spelling}: an example pair is (input, label), got {pair.sql(dialect='duckdb')}", hint=hint)
+    value, label = pair.expressions
+    return exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier("input"), expression=value.copy()), exp.PropertyEQ(this=exp.to_identifier("label"), expression=label.copy())])
 
 
 SAMPLINGS = ("auto", "progressive", "uniform", "importance")  # how the oracle's sample is drawn (aisql.executor.score_first)

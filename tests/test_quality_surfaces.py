@@ -1,0 +1,81 @@
+"""A node's quality lines (aisql.executor.signals) reach every surface: the CLI's summary (also
+with --quiet, for warnings), the shell, Python's warnings (tests/test_decisions.py) and dbt's
+end-of-run lines."""
+
+from __future__ import annotations
+
+import atexit
+import io
+from contextlib import redirect_stderr
+
+import pytest
+from click.testing import CliRunner
+
+from aisql.cli import main
+from aisql.executor import signals
+from aisql.executor.run_stats import NodeStats
+
+# 40 distinct prompts; with ONE_SIDED_SHARE at 0.5 every node is "one-sided" whatever the random model says
+QUERY = "SELECT i, AI.IF(PROMPT('Is {0} a prime number?', i)) AS prime FROM range(40) t(i)"
+
+
+@pytest.fixture
+def always_one_sided(monkeypatch):
+    monkeypatch.setattr(signals, "ONE_SIDED_SHARE", 0.5)
+
+
+def test_the_cli_summary_says_it_and_quiet_keeps_the_warning(always_one_sided):
+    done = CliRunner().invoke(main, ["run", "-e", QUERY, "--model", "tiny", "--no-cache"])
+    assert done.exit_code == 0, done.output
+    assert "Yes for" in done.stderr and "warning: ai_1's answers carry little signal" in done.stderr
+    quiet = CliRunner().invoke(main, ["run", "-e", QUERY, "--model", "tiny", "--no-cache", "-q"])
+    assert quiet.exit_code == 0, quiet.output
+    assert "carry little signal" in quiet.stderr and "Yes for" not in quiet.stderr  # the summary is silenced, not the warning
+
+
+def test_the_cli_says_what_examples_did():
+    examples = "[{'i': 2, 'label': TRUE}, {'i': 4, 'label': FALSE}, {'i': 3, 'label': TRUE}, {'i': 9, 'label': FALSE}]"
+    query = f"SELECT i, AI.IF(PROMPT('Is {{i}} a prime number?'), examples => {examples}) AS prime FROM range(40) t(i)"
+    done = CliRunner().invoke(main, ["run", "-e", query, "--model", "tiny", "--no-cache"])
+    assert done.exit_code == 0, done.output
+    assert "4 labelled examples (2 false, 2 true)" in done.stderr
+    assert "held out one at a time, balanced accuracy" in done.stderr
+
+
+def test_the_shell_says_it(always_one_sided):
+    done = CliRunner().invoke(main, ["shell", "--no-cache"], input=QUERY + ";\n")
+    assert done.exit_code == 0, done.output
+    assert "carry little signal" in done.stderr
+
+
+def test_dbt_says_it_at_the_end_of_the_run():
+    pytest.importorskip("dbt.adapters.duckdb", reason="dbt-duckdb is a dev extra (aisql-engine[dbt])")
+    from aisql.dbt_plugin import Plugin
+
+    plugin = Plugin("aisql", {"model": "tiny", "quiet": True})
+    atexit.unregister(plugin._report)  # reported here, not again when the test process ends
+
+    class Handle:
+        stats = {"ai_if": NodeStats(node="ai_if", function="ai_if", strategy="vector", rows_in=50, answers_scored=50, answers_yes=0, answers_near_boundary=0)}
+
+    Handle.stats["ai_if"].log_odds_squares = 50 * 4.0
+    plugin.handle = Handle()
+    said = io.StringIO()
+    with redirect_stderr(said):
+        plugin._report()
+    assert "aisql: warning: ai_if's answers carry little signal: all 50 answers are No" in said.getvalue()
+
+
+def test_the_duckdb_functions_count_what_the_warnings_read(tiny_engine):
+    import duckdb
+
+    import aisql
+
+    con = duckdb.connect()
+    handle = aisql.register(con, engine=tiny_engine, cache=False)
+    con.sql("SELECT ai_if(prompt('Is {0} a prime number?', i)) FROM range(40) t(i)").fetchall()
+    con.sql("SELECT ai_if(prompt('Is {0} a prime number?', i)) FROM range(40) t(i)").fetchall()  # counted once
+    stats = handle.stats["ai_if"]
+    assert stats.answers_scored == 40 and sum(stats.p_yes_bins) == 40
+    assert sum(stats.value_counts.values()) == 40
+    assert signals.quality_lines([stats])[0].text.startswith("ai_if ai_if: Yes for")
