@@ -29,22 +29,24 @@ def log_pair(p: float) -> tuple[float, float]:
 
 
 # ---- the arithmetic --------------------------------------------------------------------------
-def test_a_fitted_threshold_separates_examples_and_sits_between_them():
+def test_a_fitted_threshold_moves_toward_the_examples():
     p = [0.02, 0.05, 0.08, 0.11, 0.20, 0.30, 0.45, 0.60]
     truth = [False, False, False, False, True, True, True, True]
-    t = decision.fit_threshold(p, truth)
-    assert 0.11 < t < 0.20  # every example right; not argmax's 0.5, which gets one positive wrong
-    assert decision.balanced_accuracy([x >= t for x in p], truth) == 1.0
+    rule = IF.fit_decision(IF_TASK, [log_pair(x) for x in p], truth)
+    assert 0.11 < rule.threshold < 0.20  # every example right; argmax's 0.5 gets three positives wrong
     with pytest.raises(ValueError):
-        decision.fit_threshold([0.1, 0.2], [True, True])
+        IF.fit_decision(IF_TASK, [log_pair(0.1), log_pair(0.2)], [True, True])
 
 
-def test_offsets_move_a_classifier_toward_the_examples_and_stay_at_zero_when_it_is_right():
-    rows = [[math.log(0.6), math.log(0.3), math.log(0.1)], [math.log(0.5), math.log(0.45), math.log(0.05)], [math.log(0.2), math.log(0.7), math.log(0.1)]]
-    assert decision.fit_offsets(rows, [0, 1, 1]) != (0.0, 0.0, 0.0)  # the second row needs label 1 to win
-    fitted = decision.fit_offsets(rows, [0, 1, 1])
-    assert [decision.argmax(decision.shifted(r, fitted)) for r in rows] == [0, 1, 1]
-    assert decision.fit_offsets(rows, [0, 0, 1]) == (0.0, 0.0, 0.0)  # already right: no change
+def test_bias_offsets_correct_a_classifier_smoothly_and_barely_move_a_right_one():
+    # the model leans to label 0: label 1's rows score just under it
+    rows = [[math.log(0.8), math.log(0.15), math.log(0.05)], [math.log(0.7), math.log(0.2), math.log(0.1)]]
+    rows += [[math.log(0.5), math.log(0.42), math.log(0.08)], [math.log(0.48), math.log(0.44), math.log(0.08)], [math.log(0.2), math.log(0.7), math.log(0.1)]]
+    fitted = decision.fit_bias(rows, [0, 0, 1, 1, 1])
+    assert [decision.argmax(decision.shifted(r, fitted)) for r in rows] == [0, 0, 1, 1, 1]
+    assert fitted[1] > fitted[0] and abs(sum(fitted)) < 1e-9  # label 1 raised; offsets centred (defined up to a constant)
+    confident = [[math.log(0.9), math.log(0.05), math.log(0.05)], [math.log(0.05), math.log(0.9), math.log(0.05)], [math.log(0.05), math.log(0.05), math.log(0.9)]]
+    assert max(abs(o) for o in decision.fit_bias(confident, [0, 1, 2])) < 0.05  # already right and balanced: no change
 
 
 def test_a_monotone_map_pools_violators_and_interpolates():

@@ -102,3 +102,23 @@ def test_smollm2_approximate_mode_answers_with_the_proxy_and_says_so(smollm2, tm
     tp = sum(1 for i in got if got[i] and llm[i])
     assert tp / max(1, sum(llm.values())) >= 0.8 and tp / max(1, sum(got.values())) >= 0.8
     assert exact.stats.totals()["prompts_evaluated"] == len(texts) - report["llm_answered"]
+
+
+def test_smollm2_examples_and_calibrations_planned_equals_naive(smollm2):
+    """With the real model: a rule fitted on labelled examples (and each calibration) gives the
+    same rows planned and naive, and a rerun on the result cache asks the model nothing."""
+    import aisql
+
+    reviews = POSITIVE + NEGATIVE
+    table = pa.table({"id": list(range(len(reviews))), "text": reviews})
+    shown = pa.table({"text": ["Loved it, a delight.", "Superb film.", "Awful and boring.", "A dreadful mess."], "label": [True, True, False, False]})
+    for options in (", examples => (SELECT text, label FROM shown)", ", {'calibration': 'content_free'}", ", {'calibration': 'batch'}"):
+        sql = f"SELECT id, AI.IF(PROMPT('Is the following movie review positive? {{text}}'){options}) AS positive FROM reviews ORDER BY id"
+        rows = {}
+        for naive in (False, True):
+            con = aisql.connect(engine=smollm2, cache=False)
+            con.register("reviews", table)
+            con.register("shown", shown)
+            rows[naive] = con.run(sql, naive=naive).table.to_pylist()
+            con.close()
+        assert rows[False] == rows[True], options

@@ -71,7 +71,9 @@ class AiClassify(AIFunction):
         raise ValueError(f"a label must be one of {list(task.labels)}, got {value!r}")
 
     def fit_decision(self, task: Task, rows: Sequence[Sequence[float]], labels: Sequence[str]) -> Decision:
-        return Decision("examples", offsets=decision.fit_offsets(rows, [task.labels.index(label) for label in labels]))
+        if len(set(labels)) < 2:
+            raise ValueError("examples of at least two labels are needed")
+        return Decision("examples", offsets=decision.fit_bias(rows, [task.labels.index(label) for label in labels]))
 
     def accepts_value(self, task: Task, value) -> bool:
         return isinstance(value, str) and value in task.labels

@@ -79,7 +79,10 @@ class AiIf(AIFunction):
         raise ValueError(f"a label of AI.IF is TRUE or FALSE (or 'yes' / 'no'), got {value!r}")
 
     def fit_decision(self, task: Task, rows: Sequence[Sequence[float]], labels: Sequence[bool]) -> Decision:
-        return Decision("examples", threshold=decision.fit_threshold([self.p_yes(r) for r in rows], labels))
+        if all(labels) or not any(labels):
+            raise ValueError("examples of both answers are needed")
+        b_yes, b_no = decision.fit_bias(rows, [0 if label else 1 for label in labels])
+        return Decision("examples", threshold=1.0 / (1.0 + math.exp(max(-700.0, min(700.0, b_yes - b_no)))))
 
     def calibrated(self, task: Task, rows: Sequence[Sequence[float]], source: str) -> Decision:
         return Decision(source, threshold=decision.calibration_threshold(rows))

@@ -114,78 +114,35 @@ def balanced_accuracy(predicted: Sequence, truth: Sequence) -> float:
     return math.fsum(recalls) / len(recalls)
 
 
-def fit_threshold(p: Sequence[float], truth: Sequence[bool]) -> float:
-    """The P(Yes) threshold that best separates labelled examples (balanced accuracy); of equally
-    good cuts, the middle one (in log-odds) of the best run. See benchmarks/RESULTS.md §27 for the
-    rules measured against it."""
-    scored = sorted(zip((logit(x) for x in p), truth))
-    positives = sum(truth)
-    negatives = len(truth) - positives
-    if not positives or not negatives:
-        raise ValueError("examples of both answers are needed")
-    # cut i: everything from scored[i] upwards is Yes
-    best, cuts = -1.0, []
-    yes_below = no_below = 0
-    for i in range(len(scored) + 1):
-        if i == 0 or scored[i - 1][0] != (scored[i][0] if i < len(scored) else None):
-            value = (positives - yes_below) / positives / 2 + no_below / negatives / 2
-            if value > best + 1e-12:
-                best, cuts = value, [i]
-            elif value > best - 1e-12:
-                cuts.append(i)
-        if i < len(scored):
-            yes_below += scored[i][1]
-            no_below += not scored[i][1]
-    middle = cuts[(len(cuts) - 1) // 2] if len(cuts) % 2 else None
-    if middle is None:  # an even number of best cuts: halfway between the two middle ones
-        a, b = cuts[len(cuts) // 2 - 1], cuts[len(cuts) // 2]
-        return _sigmoid((_cut_logit(scored, a) + _cut_logit(scored, b)) / 2)
-    return _sigmoid(_cut_logit(scored, middle))
+def fit_bias(rows: Sequence[Sequence[float]], truth: Sequence[int], l2: float = 0.05, steps: int = 50) -> tuple[float, ...]:
+    """Per-label offsets by logistic regression with only a bias per label (the model's own
+    log-probabilities as the fixed input, every class weighing the same, a little L2 toward no
+    change): the smallest smooth correction that makes the examples' labels likely. Newton's
+    method; a handful of examples is enough to fit one number per label."""
+    import numpy as np
 
-
-def _cut_logit(scored: list[tuple[float, bool]], i: int) -> float:
-    """The log-odds of cut i: halfway between the examples either side (one unit past the ends)."""
-    if i == 0:
-        return scored[0][0] - 1.0
-    if i == len(scored):
-        return scored[-1][0] + 1.0
-    return (scored[i - 1][0] + scored[i][0]) / 2
-
-
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(max(-700.0, min(700.0, -x))))
-
-
-def fit_offsets(rows: Sequence[Sequence[float]], truth: Sequence[int], rounds: int = 4) -> tuple[float, ...]:
-    """Per-label offsets to the log-probabilities that best classify labelled examples (balanced
-    accuracy), by coordinate ascent from zero: each label's offset in turn set to the middle of
-    its best interval among the points where an example's answer changes."""
-    labels = len(rows[0])
-    offsets = [0.0] * labels
-
-    def score(candidate: list[float]) -> float:
-        return balanced_accuracy([argmax(shifted(r, candidate)) for r in rows], truth)
-
-    current = score(offsets)
-    for _ in range(rounds):
-        improved = False
-        for k in range(labels):
-            # where example r's answer switches to or from label k: its margin against the best other label
-            margins = sorted({max(lp + o for j, (lp, o) in enumerate(zip(r, offsets)) if j != k) - r[k] for r in rows})
-            candidates = [margins[0] - 1.0] + [(a + b) / 2 for a, b in zip(margins, margins[1:])] + [margins[-1] + 1.0]
-            values = []
-            for c in candidates:
-                trial = offsets[:k] + [c] + offsets[k + 1 :]
-                values.append((score(trial), -abs(c), c))
-            best_value = max(v[0] for v in values)
-            if best_value > current + 1e-12:
-                # of the best, the offset nearest zero: the smallest change to the model's own answers
-                offsets[k] = max(v for v in values if v[0] >= best_value - 1e-12)[2]
-                current = best_value
-                improved = True
-        if not improved:
+    x = np.array([normalized(r) for r in rows])
+    x = np.log(np.clip(x, 1e-300, 1.0))
+    labels = x.shape[1]
+    y = np.zeros_like(x)
+    y[np.arange(len(truth)), truth] = 1.0
+    counts = y.sum(axis=0)
+    present = counts > 0
+    w = (y / np.where(present, counts, 1.0)).sum(axis=1) / present.sum()  # each present class weighs 1 / classes
+    b = np.zeros(labels)
+    for _ in range(steps):
+        z = x + b
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(axis=1, keepdims=True)
+        gradient = (w[:, None] * (p - y)).sum(axis=0) + l2 * b
+        hessian = np.einsum("i,ij,ik->jk", w, p, p) * -1.0 + np.diag((w[:, None] * p).sum(axis=0)) + l2 * np.eye(labels)
+        step = np.linalg.solve(hessian, gradient)
+        b -= step
+        if float(np.abs(step).max()) < 1e-10:
             break
-    return tuple(offsets)
+    b -= b.mean()
+    return tuple(float(v) for v in b)
 
 
 def fit_monotone(x: Sequence[float], y: Sequence[float]) -> tuple[tuple[float, float], ...]:
