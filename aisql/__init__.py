@@ -18,18 +18,19 @@ from aisql.version import __version__
 
 _EXPORTS = {
     "AisqlError": "aisql.errors",
+    "AisqlWarning": "aisql.errors",
     "Connection": "aisql.api",
     "QueryResult": "aisql.api",
     "connect": "aisql.api",
     "DuckDBFunctions": "aisql.duckdb_functions",
     "register": "aisql.duckdb_functions",
 }
-__all__ = ["AisqlError", "Connection", "DuckDBFunctions", "QueryResult", "__version__", "connect", "register"]
+__all__ = ["AisqlError", "AisqlWarning", "Connection", "DuckDBFunctions", "QueryResult", "__version__", "connect", "register"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from aisql.api import Connection, QueryResult, connect
     from aisql.duckdb_functions import DuckDBFunctions, register
-    from aisql.errors import AisqlError
+    from aisql.errors import AisqlError, AisqlWarning
 
 
 __getattr__ = lazy_exports("aisql", _EXPORTS, globals())

@@ -16,14 +16,21 @@ from typing import Iterable
 
 from aisql.executor.run_stats import NodeStats, RunStats
 
-# AI.IF: a node of at least SIGNAL_MIN distinct prompts is said to carry little signal when any of these hold
+# AI.IF: a node of at least SIGNAL_MIN distinct prompts is said to carry little signal when any
+# of these hold. Measured on 15 labelled task x model pairs (RESULTS.md §27): together they fire on
+# every pair whose P(Yes) ranks the labels with AUC < 0.6 but one (SmolLM2 on GGR posts, AUC 0.45:
+# spread out and confidently wrong, which nothing label-free tells from a working model), and on
+# one pair of AUC >= 0.75 (Qwen2.5-1.5B on GGR beer: Yes to 99%, AUC 0.81 — a threshold from
+# examples recovers it). A share near a coin toss of 25% (the earlier rule) also warned on
+# Qwen2.5-0.5B's pdmx answers (41% near, AUC 0.87).
 SIGNAL_MIN = 20
-NEAR_CHANCE_SHARE = 0.25  # this share of answers at P(Yes) 0.4-0.6: the model is close to guessing
+NEAR_CHANCE_SHARE = 0.45  # this share of answers at P(Yes) 0.4-0.6: the model is close to guessing
 ONE_SIDED_SHARE = 0.95  # this share of answers on one side: the question was likely not read, or the model defaults
-FLAT_LOG_ODDS_SD = 0.75  # log-odds of P(Yes) spread less than this across prompts: the answers barely depend on the data
-# AI.CLASSIFY: one label for this share of the distinct prompts
+FLAT_LOG_ODDS_SD = 0.25  # log-odds of P(Yes) spread less than this across prompts: the answers barely depend on the data
+# AI.CLASSIFY: one label for this share of the distinct prompts (not validated beyond one task: GGR products)
 DOMINANT_LABEL_SHARE = 0.95
-# AI.SCORE: values spread less than this share of the scale's width (standard deviation)
+# AI.SCORE: values spread less than this share of the scale's width (standard deviation; SemBench Q9:
+# SmolLM2 0.11 on 1-5, Spearman 0.07 with the critics; Qwen2.5-0.5B 0.56, Spearman 0.57)
 BUNCHED_SCORE_SHARE = 0.06
 TRY = "give a few labelled rows (examples => (SELECT ..., label FROM ...)), rephrase the question, or use a larger model (--model)"
 
