@@ -28,6 +28,7 @@ from aisql.executor.prompts import PromptSet
 from aisql.executor.request_kinds import kind_of
 from aisql.executor.run_stats import NodeStats
 from aisql.functions import Task
+from aisql.functions.base import STALE
 from aisql.planner.plan import AINode, Strategy
 
 
@@ -353,7 +354,7 @@ class NodeRuntime:
         for text, answer in answers:
             if text not in self.signal_counted:
                 self.signal_counted.add(text)
-                self.stats.count_signal(answer, own_value(answer.logprobs, answer.p_yes))
+                self.stats.count_signal(answer, own_value(answer))
                 if self.call.function.decides:
                     self.stats.count_values((answer.value,))
 
@@ -364,21 +365,18 @@ class NodeRuntime:
             self.stats.count_values(answers.values)
         if self.task.decision is not None:
             own_value = self._own_value()
-            self.stats.answers_changed += sum(
-                1 for value, lp, p in zip(answers.values, answers.logprobs, answers.p_yes) if own_value(lp, p) not in (None, value)
-            )
+            self.stats.answers_changed += sum(1 for answer in answers.answers() if own_value(answer) not in (None, answer.value))
 
-    def _own_value(self) -> Callable[[Any, Any], Any]:
-        """(label log-probabilities, P(Yes)) -> the likeliest label's value, where the node's rule
-        is another (None where it is not, or neither is known)."""
+    def _own_value(self) -> Callable[[Answer], Any]:
+        """An answer -> its value under the function's own rule (the likeliest label), where the
+        node's rule is another; None where it is not, or the answer cannot tell."""
         if self.task.decision is None:
-            return lambda logprobs, p_yes: None
+            return lambda answer: None
         function, plain = self.call.function, dataclasses.replace(self.task, decision=None)
 
-        def own(logprobs, p_yes):
-            if logprobs is not None:
-                return function.value_from_scores(plain, logprobs)
-            return None if p_yes is None else p_yes >= 0.5
+        def own(answer: Answer):
+            value = function.value_from_answer(plain, answer)
+            return None if value is STALE else value
 
         return own
 

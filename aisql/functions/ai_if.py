@@ -68,6 +68,14 @@ class AiIf(AIFunction):
             return self.p_yes(logprobs) >= rule.threshold
         return best_label(logprobs) == 0
 
+    def value_from_answer(self, task: Task, answer: Any) -> Any:
+        """Answers cached before every label's probability was kept still have P(Yes): enough
+        for any threshold."""
+        if answer.logprobs is None and answer.p_yes is not None:
+            rule = task.decision
+            return answer.p_yes >= (rule.threshold if rule is not None and rule.threshold is not None else 0.5)
+        return super().value_from_answer(task, answer)
+
     # ---- the decision rule ----------------------------------------------------------------------
     def example_label(self, task: Task, value: Any) -> bool:
         if isinstance(value, bool):

@@ -114,18 +114,14 @@ class Task:
         probabilities a non-default rule needs (asked again and replaced, not an error)."""
         if self.request is not Request.SCORE:
             return answer if self.accepts(answer.value) else None
-        if answer.logprobs is not None:
-            if len(answer.logprobs) != len(self.labels):
-                return None
-            value = self.function.value_from_scores(self, answer.logprobs)
-            return answer if value == answer.value and type(value) is type(answer.value) else dataclasses.replace(answer, value=value)
-        if not self.accepts(answer.value):
+        if answer.logprobs is not None and len(answer.logprobs) != len(self.labels):
             return None
-        if self.decision is None:
-            return answer
-        if self.decision.threshold is not None and answer.p_yes is not None:  # AI.IF entries kept P(Yes) before they kept every label's
-            return dataclasses.replace(answer, value=answer.p_yes >= self.decision.threshold)
-        return STALE
+        if answer.logprobs is None and not self.accepts(answer.value):
+            return None
+        value = self.function.value_from_answer(self, answer)
+        if value is STALE or (value == answer.value and type(value) is type(answer.value)):
+            return value if value is STALE else answer
+        return dataclasses.replace(answer, value=value)
 
     def store_key(self, model_fingerprint: str) -> str:
         """Where this task's answers live in an answer store: per model, per task."""
@@ -272,6 +268,14 @@ class AIFunction:
     def value_from_scores(self, task: Task, logprobs: Sequence[float]) -> Any:
         """The SQL value from the labels' log-probabilities (SCORE functions)."""
         raise NotImplementedError
+
+    def value_from_answer(self, task: Task, answer: Any) -> Any:
+        """A scored answer's value under `task`'s rule (aisql.executor.answer_store.Answer): from
+        every label's log-probability; without them (cached before they were kept) the stored
+        value under the function's own rule, else STALE."""
+        if answer.logprobs is not None:
+            return self.value_from_scores(task, answer.logprobs)
+        return answer.value if task.decision is None else STALE
 
     def p_yes(self, logprobs: Sequence[float]) -> float | None:
         """A yes/no function's P(Yes) from its labels' log-probabilities (None: not yes/no)."""
