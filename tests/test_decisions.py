@@ -234,3 +234,12 @@ def test_the_python_api_warns_when_answers_carry_little_signal(make_connection, 
         con.run("SELECT id, AI.IF(PROMPT('Is this review positive? {review} (#{id})'), {'min_confidence': 0.999}) FROM reviews")
     said = [str(w.message) for w in caught if issubclass(w.category, AisqlWarning)]
     assert any("carry little signal" in s and "answers are No" in s for s in said), said
+
+
+def test_explain_says_what_sets_the_rule(make_connection):
+    con = make_connection()
+    labelled(con)
+    shown = str(con.explain(f"SELECT id, AI.IF({PROMPT}, examples => (SELECT review, label FROM labelled)) FROM reviews"))
+    assert "labelled examples: the call's examples query is read" in shown
+    data = con.explain(f"SELECT id, AI.IF({PROMPT}, {{'calibration': 'content_free'}}) FROM reviews").to_dict()
+    assert data["statements"][0]["ai_nodes"][0]["decision"].startswith("content-free calibration: 3 more prompts")

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
+from aisql.functions.decision import CONTENT_FREE_INPUTS, MAX_EXAMPLES
 from aisql.planner.approximation import MAX_LLM_SHARE, PROGRESSIVE_STAGES, call_targets, sample_size
 from aisql.planner.cost import NodeEstimate, PlanEstimate, Side
 from aisql.planner.hardware import Hardware
@@ -143,6 +144,7 @@ def plan_to_dict(plan: Plan, estimate: PlanEstimate | None, shard_plans: dict[st
                 "estimate": q,
                 "estimate_reason": est.reason if est else "",
                 "approximate": approximate_line(node, est, (proxies or {}).get(node.id)) if est else None,
+                "decision": decision_line(node),
                 "rows_in": round(est.rows_in) if known else None,
                 "prompts_total": round(est.prompts_total) if known else None,
                 "prompts_unique": round(est.prompts_unique) if known else None,
@@ -214,6 +216,9 @@ def plans_tree(
                     sel = f"selectivity {est.selectivity.value:.2f} ({est.selectivity.source})" if est.selectivity else ""
                     share = f"input {est.input_factor:.0%} of its AI-free rows" if est.input_factor != 1.0 else ""
                     branch.add("[dim]" + " · ".join(p for p in (sel, share) if p) + "[/dim]")
+            rule = decision_line(node)
+            if rule:
+                branch.add(f"[yellow]{rule}[/yellow]")
             if node.depends_on:
                 branch.add(f"[dim]after: {', '.join(node.depends_on)} (uses their answers to filter its input)[/dim]")
             if node.note and (node.strategy is Strategy.STREAMING or node.stop_after is not None):
@@ -222,6 +227,23 @@ def plans_tree(
         if estimate is not None and plan.nodes:
             stmt.add("[bold]total[/bold]  " + _cost_line(estimate.naive, estimate.plan, calibrated))
     return root
+
+
+def decision_line(node: AINode) -> str | None:
+    """What sets the node's decision rule at run time (aisql.functions.decision), and what it adds."""
+    hints = node.call.hints
+    if "examples" in hints:
+        return (
+            f"labelled examples: the call's examples query is read and its rows asked first, as prompts of the same call "
+            f"(at most {MAX_EXAMPLES:,}; cached; not in these estimates); the rule fitted on them is kept only if it beats "
+            "the model's own answers held out"
+        )
+    calibration = hints.get("calibration")
+    if calibration == "content_free":
+        return f"content-free calibration: {len(CONTENT_FREE_INPUTS)} more prompts asked first (not in these estimates)"
+    if calibration == "batch":
+        return "batch calibration: each answer depends on which rows reach the call (labelled in the output)"
+    return None
 
 
 def shard_line(plan: dict) -> str:
