@@ -456,7 +456,7 @@ def main() -> None:
             entry["numerics"] = record.get("numerics")
             report.setdefault(model, {})[name] = entry
     report["acceptance"] = acceptance(report)
-    (RESULTS / "decisions.json").write_text(json.dumps(report, indent=1) + "\n")
+    (RESULTS / "decisions.json").write_text(json.dumps(report, separators=(",", ":")) + "\n")
     print_tables(report)
 
 
