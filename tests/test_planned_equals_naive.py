@@ -58,9 +58,13 @@ QUERIES = {
     "recursive_cte": "WITH RECURSIVE r(n, s) AS (SELECT 1, 'tea' UNION ALL SELECT n + 1, s || ' and tea' FROM r WHERE n < 4 AND AI.IF(PROMPT('{s} is enough'))) SELECT n, s FROM r",
     "recursive_cte_ai_outside": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 6) SELECT n, AI.IF(PROMPT('{n} is lucky')) AS lucky FROM r",
     "script_create_then_select": "CREATE TABLE tagged AS SELECT id, AI.CLASSIFY(review, ['positive', 'negative']) AS s FROM reviews WHERE id <= 20; SELECT s, count(*) AS n FROM tagged GROUP BY s ORDER BY s",
+    # --- writes: the AI call decides which rows change (was an internal error) ----------------
+    "update_where_ai": "UPDATE customers SET country = 'X' WHERE id <= 10 AND AI.IF(PROMPT('{profile} is sporty')); SELECT id, country FROM customers WHERE id <= 12",
+    "delete_where_ai": "DELETE FROM reviews WHERE id <= 30 AND AI.IF(PROMPT('{review} sounds angry')); SELECT id FROM reviews WHERE id <= 40",
+    "update_set_ai": "UPDATE products SET name = AI.GENERATE(PROMPT('Rename {name}'), max_tokens => 3) WHERE id <= 4; SELECT id, name FROM products WHERE id <= 5",
 }
 
-STREAMING = {"limit_select_streams", "correlated_subquery", "recursive_cte"}
+STREAMING = {"limit_select_streams", "correlated_subquery", "recursive_cte", "update_where_ai", "delete_where_ai", "update_set_ai"}
 # ORDER BY ... LIMIT with ties at the last row kept: the plan asks every tied row (whichever the
 # top-N keeps has its answer), so it may ask a few prompts naive did not.
 TIES = {"order_by_limit_with_ties"}

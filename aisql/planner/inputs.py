@@ -49,7 +49,7 @@ def build_node_input(node: AINode, available: set[str], all_names: set[str]) -> 
     ORDER BY ... LIMIT keeps (the node may then answer NULL for the others without asking)."""
     select = node.location.select
     if select is None:
-        return None, False
+        return None, False, False
     blocked = (all_names - available) | {node.function_name.upper()}
     builder = _InputBuilder(select, node, blocked)
     query = builder.build()

@@ -61,6 +61,7 @@ def bind_statement(
         if raw is not None:
             raw_calls.append(raw)
     _refuse_vectors_as_contents(raw_calls, source)
+    _refuse_stored_calls(raw_calls, source)
     ids = {id(raw.node): f"ai_{first_call_number + i}" for i, raw in enumerate(raw_calls)}
     scopes = QueryScopes(ast)
     names = _output_names(ast, {id(raw.node) for raw in raw_calls})
@@ -214,6 +215,44 @@ def _bind_call(
         endpoint=vendor.endpoint,
         notes=vendor.notes,
     )
+
+
+_STORED_KINDS = {"VIEW": "a view", "MACRO": "a macro", "FUNCTION": "a function", "INDEX": "an index", "TYPE": "a type"}
+
+
+def _refuse_stored_calls(raw_calls: list[RawAICall], source: SourceText) -> None:
+    """An AI call is answered while its statement runs; one written into a definition DuckDB
+    keeps (a view, a macro, an index, a column's DEFAULT, CHECK or generated value, ALTER TABLE)
+    would be called later, outside aisql, where it does not exist: refused here, where it is."""
+    for raw in raw_calls:
+        where = _stored_in(raw.node)
+        if where is None:
+            continue
+        view = where == "a view"
+        raise BindError(
+            f"{raw.spelling} cannot be stored in {where}: aisql answers AI calls while a statement runs, not when DuckDB uses a stored definition later",
+            **source.at(raw.node),
+            hint=(
+                "store the answers instead: CREATE TABLE ... AS SELECT ... (or keep the AI call in the queries that read the view)"
+                if view
+                else "compute the values when rows are written: INSERT INTO ... SELECT ..., AI...(...) or UPDATE ... SET col = AI...(...)"
+            ),
+        )
+
+
+def _stored_in(node: exp.Expression) -> str | None:
+    """What stored definition an AI call sits in (None: it runs with its statement)."""
+    parent = node.parent
+    while parent is not None:
+        if isinstance(parent, (exp.ColumnDef, exp.ColumnConstraint, exp.CheckColumnConstraint, exp.Schema)):
+            return "a column's definition or a table constraint (DEFAULT, CHECK, a generated column)"
+        if isinstance(parent, (exp.Alter, exp.AlterColumn)):
+            return "a table's definition (ALTER TABLE)"
+        if isinstance(parent, exp.Create):
+            kind = str(parent.args.get("kind") or "").upper()
+            return _STORED_KINDS.get(kind)  # CREATE TABLE ... AS SELECT runs the query now
+        parent = parent.parent
+    return None
 
 
 def _refuse_vectors_as_contents(raw_calls: list[RawAICall], source: SourceText) -> None:
