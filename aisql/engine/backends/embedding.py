@@ -74,17 +74,19 @@ def _directory(name: str) -> Path:
 
 def _dimension(directory: Path) -> int:
     """The vector size the model's last module produces (Dense layers, else the pooling's)."""
+    from aisql.engine.model.model_files import read_json
+
     modules_file = directory / "modules.json"
     size = None
     if modules_file.exists():
-        for module in json.loads(modules_file.read_text()):
-            config = directory / module.get("path", "") / "config.json"
-            if not module.get("path") or not config.exists():
+        for module in read_json(modules_file, str(directory), list):
+            path = module.get("path") if isinstance(module, dict) else None
+            if not isinstance(path, str) or not path or not (directory / path / "config.json").exists():
                 continue
-            data = json.loads(config.read_text())
+            data = read_json(directory / path / "config.json", str(directory))
             size = data.get("out_features") or data.get("word_embedding_dimension") or size
     if size is None and (directory / "config.json").exists():
-        size = json.loads((directory / "config.json").read_text()).get("hidden_size")
+        size = read_json(directory / "config.json", str(directory)).get("hidden_size")
     if not isinstance(size, int) or size <= 0:
         raise ModelError(f"cannot tell the vector size of the embedding model in {directory}")
     return size
@@ -123,7 +125,12 @@ class Embedder:
             ) from None
         hf_logging.disable_progress_bar()  # no "Loading weights" bar on the user's terminal
         self.ref = ref
-        self.model = SentenceTransformer(str(ref.directory), device=device, local_files_only=True)
+        try:
+            self.model = SentenceTransformer(str(ref.directory), device=device, local_files_only=True)
+        except Exception as err:  # whatever sentence-transformers raises on a directory that is not its model
+            from aisql.engine.model.model_files import loader_failure
+
+            raise loader_failure(f"the embedding model {ref.name}", ref.directory, err) from None
         self.lock = threading.Lock()
         self.texts_embedded = 0
         self.tokens_embedded = 0

@@ -34,6 +34,7 @@ from aisql.engine.base import (
     ScoreRequest,
     logsumexp,
 )
+from aisql.engine.model.model_files import loader_failure
 from aisql.engine.model.prompt_format import EncodesPrompts, PromptFormat
 from aisql.errors import ModelError
 
@@ -83,7 +84,10 @@ class RemoteEngine(EncodesPrompts):
         self._openai = openai
         self.client = openai.OpenAI(base_url=self.base_url, api_key=_api_key(), max_retries=3, timeout=600)
         self.concurrency = concurrency
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_directory)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_directory)
+        except Exception as err:  # whatever transformers raises on files that passed check_model_directory
+            raise loader_failure(f"the tokenizer of {spec}", tokenizer_directory, err) from None
         self.format = PromptFormat(self.tokenizer)
         self._tokenizer_directory = tokenizer_directory
         card = self._model_card()

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from aisql.engine.base import ModelFacts, ModelProfile
+from aisql.errors import ModelError
 from aisql.engine.model.prompt_format import EncodesPrompts, PromptFormat
 from aisql.paths import cache_root, save_cache_file
 
@@ -38,9 +39,22 @@ def load_tokenizer(directory: str | os.PathLike):
 
 def model_facts(directory: str | os.PathLike, name: str, dtype: str) -> ModelFacts:
     """Prompt format and shape of the model in `directory`, computed in `dtype`, no weights loaded."""
+    from aisql.engine.model.model_files import loader_failure
+
     encoder = EncodesPrompts()
-    encoder.format = PromptFormat(load_tokenizer(directory))
-    return ModelFacts(format=encoder.format, profile=cached_profile(directory, name, dtype), encode_label=encoder.encode_label)
+    try:
+        encoder.format = PromptFormat(load_tokenizer(directory))
+    except ModelError:
+        raise
+    except Exception as err:  # tokenizers' or transformers' own failure on a damaged tokenizer
+        raise loader_failure(f"the tokenizer of {name}", directory, err) from None
+    try:
+        profile = cached_profile(directory, name, dtype)
+    except ModelError:
+        raise
+    except Exception as err:  # an architecture transformers does not know, a config it cannot build
+        raise loader_failure(f"the configuration of {name}", directory, err) from None
+    return ModelFacts(format=encoder.format, profile=profile, encode_label=encoder.encode_label)
 
 
 def cached_profile(directory: str | os.PathLike, name: str, dtype: str) -> ModelProfile:

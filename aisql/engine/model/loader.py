@@ -22,6 +22,7 @@ from typing import Callable
 
 from aisql.engine.base import Engine, ModelInfo
 from aisql.engine.model.fingerprint import directory_fingerprint, numerics_suffix
+from aisql.engine.model.model_files import check_model_directory, loader_failure
 from aisql.engine.model.numerics import available_host_memory, cuda_available, device_type, dtype_name
 from aisql.errors import ModelError
 
@@ -151,7 +152,7 @@ def load_resolved(model: ResolvedModel, options: EngineOptions, notify: Callable
     if model.backend == "openai":
         from aisql.engine.backends.remote import RemoteEngine
 
-        return RemoteEngine(model.name, model.location, note=model.note, is_test=model.is_test)
+        return RemoteEngine(model.name, str(_local_tokenizer_directory(model, notify)), note=model.note, is_test=model.is_test)
     if model.backend == "vllm":
         from aisql.engine.backends.vllm import load_vllm_engine
 
@@ -170,13 +171,22 @@ def load_model_facts(model: ResolvedModel, options: EngineOptions):
     embedded = model.backend in ("hf", "gguf")
     device = device_type(options.device) if embedded else "cuda"
     location = model.location
-    if model.backend == "gguf":
-        from aisql.engine.model.gguf import convert
-
-        location = str(convert(Path(model.location)))
+    if model.backend in ("gguf", "openai"):
+        location = str(_local_tokenizer_directory(model))
     elif model.backend == "vllm" and not Path(model.location).is_dir():
         location = str(_hub_snapshot(model.location, weights=False))
     return model_facts(location, model.name, _planning_dtype(options, device, model) if embedded else "bfloat16")
+
+
+def _local_tokenizer_directory(model: ResolvedModel, notify: Callable[[str], None] | None = None) -> Path:
+    """The directory whose tokenizer and configuration encode this model's prompts here: a GGUF
+    file's converted directory (converted once, kept in the cache dir), else the model's own."""
+    location = Path(model.location)
+    if location.is_file() and location.suffix.lower() == ".gguf":
+        from aisql.engine.model.gguf import convert
+
+        return convert(location, notify)
+    return location
 
 
 def _planning_dtype(options: EngineOptions, device: str, model: ResolvedModel) -> str:
@@ -222,13 +232,17 @@ def _resolve(name: str, weights: bool = True) -> ResolvedModel:
         except ModelError as err:
             raise ModelError(
                 f"{name}: the tokenizer of {served!r} is needed here ({err.message})",
-                hint="name the served model by a Hugging Face id in the local cache, a local directory, or 'tiny'",
+                hint="name the served model by a Hugging Face id in the local cache, a local model directory, a .gguf file, smollm2 or 'tiny'",
             ) from None
         return ResolvedModel(name, "openai", local.location, url, note=local.note, is_test=local.is_test)
     path = Path(name).expanduser()
     if path.exists():
-        if not (path / "config.json").exists():
-            raise ModelError(f"{name} is not a model directory (it has no config.json)")
+        if not path.is_dir():
+            raise ModelError(
+                f"{name} is a file, not a model directory",
+                hint="a model is a Hugging Face directory (config.json, tokenizer, weights), a .gguf file, or a name such as smollm2",
+            )
+        check_model_directory(path, name, weights=weights)
         return ResolvedModel(name, "hf", str(path), f"local directory {path}")
     if written_as_path(name):
         raise ModelError(f"model directory {name} does not exist")
@@ -237,7 +251,9 @@ def _resolve(name: str, weights: bool = True) -> ResolvedModel:
             f"unknown model {name!r}",
             hint="use 'tiny', a Hugging Face id such as Qwen/Qwen3-0.6B, or a local model directory",
         )
-    return ResolvedModel(name, "hf", str(_hub_snapshot(name, weights)), f"huggingface {name}")
+    snapshot = _hub_snapshot(name, weights)
+    check_model_directory(snapshot, name, weights=weights)
+    return ResolvedModel(name, "hf", str(snapshot), f"huggingface {name}")
 
 
 def written_as_path(name: str) -> bool:
@@ -352,8 +368,8 @@ def load_hf_directory(
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory)
         model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
-    except Exception as err:
-        raise ModelError(f"cannot load model {name} from {directory}: {type(err).__name__}: {_first_line(err)}") from None
+    except Exception as err:  # whatever transformers raises on files that passed check_model_directory
+        raise loader_failure(f"the weights or tokenizer of {name}", directory, err) from None
     model.to(device)
     quantization = None
     if options.quantize:
