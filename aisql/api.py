@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -21,7 +23,7 @@ import duckdb
 
 from aisql.engine.base import Engine
 from aisql.engine.model.loader import ResolvedModel
-from aisql.errors import AisqlWarning, DataError
+from aisql.errors import AisqlWarning, ConnectionBusyError, DataError
 from aisql.executor.answer_store import AnswerStore
 from aisql.executor.duckdb_errors import file_error
 from aisql.executor.explaining import explain_script
@@ -75,6 +77,23 @@ class Connection:
         # Say through Python's `warnings` when a run's answers carry little signal
         # (aisql.executor.signals); the CLI and the shell print them in their summary instead.
         self.quality_warnings = True
+        # One call at a time: a DuckDB connection (and a run's temporary functions and tables on
+        # it) is not shared by concurrent calls. A second thread is refused, not queued.
+        self._in_use = threading.RLock()
+
+    @contextmanager
+    def _exclusive(self):
+        """Hold this connection for one call; another thread's call meanwhile gets
+        ConnectionBusyError (and nothing else: no half-run state, no DuckDB error)."""
+        if not self._in_use.acquire(blocking=False):
+            raise ConnectionBusyError(
+                "this aisql connection is busy with a call from another thread; it refuses instead of waiting",
+                hint="open one connection per thread: aisql.Connection(session=con.session) shares the model, its KV cache and the result cache",
+            )
+        try:
+            yield
+        finally:
+            self._in_use.release()
 
     # ---- setup ----------------------------------------------------------------------------
     @property
@@ -97,20 +116,22 @@ class Connection:
 
     def register(self, name: str, data) -> None:
         """Make `data` queryable as `name`: a file path (CSV/Parquet/JSON) or an Arrow/pandas object."""
-        if isinstance(data, (str, os.PathLike)):
-            try:
-                self.duckdb.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(name)} AS {file_scan_sql(data)}")
-            except duckdb.Error as err:  # DuckDB reads (sniffs) the file here: a bad file fails now
-                raise file_error(err, data) from None
-        else:
-            self.duckdb.register(name, data)
+        with self._exclusive():
+            if isinstance(data, (str, os.PathLike)):
+                try:
+                    self.duckdb.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(name)} AS {file_scan_sql(data)}")
+                except duckdb.Error as err:  # DuckDB reads (sniffs) the file here: a bad file fails now
+                    raise file_error(err, data) from None
+            else:
+                self.duckdb.register(name, data)
 
     def add_file_search_path(self, directories: Sequence[str | os.PathLike]) -> None:
         """Resolve relative file paths in queries against these directories too (DuckDB's file_search_path)."""
         dirs = [str(Path(d).resolve()) for d in directories]
-        current = self.duckdb.execute("SELECT current_setting('file_search_path')").fetchall()[0][0]
-        merged = [p for p in (current or "").split(",") if p] + [d for d in dirs if d]
-        self.duckdb.execute("SET file_search_path = ?", [",".join(dict.fromkeys(merged))])
+        with self._exclusive():
+            current = self.duckdb.execute("SELECT current_setting('file_search_path')").fetchall()[0][0]
+            merged = [p for p in (current or "").split(",") if p] + [d for d in dirs if d]
+            self.duckdb.execute("SET file_search_path = ?", [",".join(dict.fromkeys(merged))])
 
     # ---- running --------------------------------------------------------------------------
     def run(self, sql_text: str, **options) -> QueryResult:
@@ -123,7 +144,8 @@ class Connection:
         if "progress" not in options and in_notebook():
             notebook_bar = options["progress"] = notebook_progress()
         try:
-            result = run_script(self.duckdb, self.session, sql_text, RunRequest(**options))
+            with self._exclusive():
+                result = run_script(self.duckdb, self.session, sql_text, RunRequest(**options))
         finally:
             if notebook_bar is not None:
                 notebook_bar.close()
@@ -139,9 +161,10 @@ class Connection:
         `duckdb.sql` (None for statements that return no rows). `params`: values of `?` / `$1`
         (a list) or `$name` (a dict) parameters, bound as values, as DuckDB's API takes them.
         `self.last_result` keeps the run's statistics; `run_options` are `run`'s."""
-        self.last_result = self.run(query, params=params, **run_options)
-        table = self.last_result.table
-        return None if table is None else self.duckdb.from_arrow(table)
+        with self._exclusive():
+            self.last_result = self.run(query, params=params, **run_options)
+            table = self.last_result.table
+            return None if table is None else self.duckdb.from_arrow(table)
 
     def register_functions(self, con: duckdb.DuckDBPyConnection | None = None, **options):
         """Put ai_if, ai_classify, ai_generate and prompt on `con` (default: this connection's
@@ -165,6 +188,10 @@ class Connection:
         unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate.
         `workers` (default: this connection's cluster's): each node's shard plan on that many
         engine workers, simulated (nothing is started)."""
+        with self._exclusive():
+            return self._explain(sql_text, hardware, price_per_hour, sample, dialect, params, workers)
+
+    def _explain(self, sql_text, hardware, price_per_hour, sample, dialect, params, workers) -> Explanation:
         return explain_script(
             self.duckdb,
             self.session,
@@ -179,7 +206,8 @@ class Connection:
 
     def close(self) -> None:
         """Close DuckDB, and stop the model's workers when this connection opened the session."""
-        self.duckdb.close()
+        with self._exclusive():
+            self.duckdb.close()
         if self._owns_session:
             self.session.close()
 

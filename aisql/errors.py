@@ -56,6 +56,10 @@ class TemplateError(AisqlError):
     """A PROMPT template is malformed or does not match its arguments."""
 
 
+class ConnectionBusyError(AisqlError):
+    """An aisql connection was called from a second thread while a call was running on it."""
+
+
 class ModelError(AisqlError):
     """A model cannot be found, loaded or used."""
 
