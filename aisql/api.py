@@ -23,7 +23,7 @@ import duckdb
 
 from aisql.engine.base import Engine
 from aisql.engine.model.loader import ResolvedModel
-from aisql.errors import AisqlWarning, ConnectionBusyError, DataError
+from aisql.errors import AisqlError, AisqlWarning, ConnectionBusyError, DataError
 from aisql.executor.answer_store import AnswerStore
 from aisql.executor.duckdb_errors import file_error
 from aisql.executor.explaining import explain_script
@@ -139,6 +139,7 @@ class Connection:
         its statistics. `options` are `aisql.executor.query.RunRequest`'s (the options of `aisql
         run`): params, dialect, naive, hardware, price_per_hour, max_prompts, max_cost, on_overflow,
         checkpoint_every, checkpoint_seconds, progress."""
+        _refuse_unknown_options(options)
         options.setdefault("dialect", self.dialect)
         notebook_bar = None
         if "progress" not in options and in_notebook():
@@ -231,6 +232,21 @@ def connect(
     )
     con._owns_session = True  # its workers (if any) stop with it
     return con
+
+
+def _refuse_unknown_options(options: dict) -> None:
+    """A misspelt keyword (`checkpoint_evry=5`) is one AisqlError naming it, not a TypeError."""
+    import dataclasses
+    import difflib
+
+    known = [f.name for f in dataclasses.fields(RunRequest)]
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            raise AisqlError(
+                f"unknown run option {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+                hint="run options: " + ", ".join(known),
+            )
 
 
 def in_notebook() -> bool:

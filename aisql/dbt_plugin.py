@@ -42,6 +42,12 @@ class Plugin(BasePlugin):
         unknown = sorted(set(plugin_config) - known)
         if unknown:
             raise ValueError(f"aisql.dbt_plugin: unknown config key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        from aisql.executor.option_rules import check_run_options
+
+        try:
+            check_run_options(**{key: plugin_config[key] for key in RUN_KEYS if key in plugin_config})
+        except Exception as err:  # dbt prints a plugin's error; it names the key and the value
+            raise ValueError(f"aisql.dbt_plugin: config {err}") from None
         self.config = dict(plugin_config)
         self.handle = None
         atexit.register(self._report)

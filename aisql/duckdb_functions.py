@@ -37,7 +37,6 @@ from aisql.executor.answering import RunOptions
 from aisql.executor.answer_store import Answer, AnswerStore
 from aisql.executor.bound_calls import with_arity
 from aisql.executor.checkpoints import DEFAULT_SECONDS
-from aisql.executor.evaluate import OVERFLOW_MODES
 from aisql.executor.run_stats import NodeStats
 from aisql.functions import AIFunction, Task
 from aisql.executor.session import ModelSession
@@ -196,11 +195,9 @@ def register(
 
     `model`, `engine_options` (device, kv_budget, quantize, ...) and `cache` mean what they mean
     for `aisql.connect`; `session` shares an `aisql.Connection`'s model and caches instead."""
-    if on_overflow not in OVERFLOW_MODES:
-        raise AisqlError(f"unknown on_overflow mode {on_overflow!r}", hint="use error or truncate")
+    options = RunOptions(checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds, on_overflow=on_overflow)
     if session is None:
         session = ModelSession.from_options(model, engine=engine, cache=cache, store=store, **engine_options)
-    options = RunOptions(checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds, on_overflow=on_overflow)
     handle = DuckDBFunctions(session, options)
     with _REGISTERING:
         token = _database_token(con)

@@ -28,6 +28,7 @@ from aisql.executor import aggregate
 from aisql.executor.answer_store import Answer, AnswerStore
 from aisql.executor.budget import Budget, BudgetExceeded
 from aisql.executor.checkpoints import DEFAULT_SECONDS, ChunkSizer
+from aisql.executor.option_rules import check_run_options
 from aisql.executor.evaluate import Prepared, answer_prepared, prepare
 from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.run_stats import ANSWER_COUNTS, add_worker_counts
@@ -50,6 +51,9 @@ class RunOptions:
     approximate: "Targets | None" = None  # approximate mode for every AI.IF of the run (--approximate)
     embeddings: object | None = None  # the embedding model (a ModelSession): the cascade's proxy reads it
     proxies: object | None = None  # the run's ModelSession: chooses and loads a cascade's proxy LLM
+
+    def __post_init__(self) -> None:
+        check_run_options(checkpoint_every=self.checkpoint_every, checkpoint_seconds=self.checkpoint_seconds, on_overflow=self.on_overflow)
 
     def targets_for(self, call) -> "Targets | None":
         """The approximate-mode targets of a call: its own options, else the run's, else None (exact)."""

@@ -35,13 +35,9 @@ class Budget:
     seconds: float = 0.0  # model time so far
 
     def __post_init__(self) -> None:
-        import math
+        from aisql.executor.option_rules import check_run_options
 
-        for name, value in (("max_cost", self.max_usd), ("price_per_hour", self.price_per_hour)):
-            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise AisqlError(f"{name} must be a finite number, 0 or more, got {value!r}")
-        if self.max_prompts is not None and self.max_prompts < 0:
-            raise AisqlError(f"max_prompts must be 0 or more, got {self.max_prompts}")
+        check_run_options(max_prompts=self.max_prompts, max_cost=self.max_usd, price_per_hour=self.price_per_hour)
 
     @property
     def usd(self) -> float:

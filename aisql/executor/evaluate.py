@@ -18,7 +18,7 @@ from aisql.executor.answer_store import Answer
 from aisql.executor.request_kinds import kind_of
 from aisql.functions import Task
 
-OVERFLOW_MODES = ("error", "truncate")
+from aisql.executor.option_rules import OVERFLOW_MODES  # noqa: F401 - where the executor reads it
 
 
 class ContextOverflow(ModelError):

@@ -21,7 +21,7 @@ from aisql.executor import throughput
 from aisql.executor.answering import RunOptions
 from aisql.executor.budget import Budget, check_plan
 from aisql.executor.checkpoints import DEFAULT_SECONDS
-from aisql.executor.evaluate import OVERFLOW_MODES
+from aisql.executor.option_rules import check_run_options
 from aisql.executor.explaining import explain_script
 from aisql.executor.measured_statistics import MeasuredStatistics
 from aisql.executor.plan_executor import Executor
@@ -66,6 +66,16 @@ class RunRequest:
     # recall / precision / delta / sample / seed (aisql.executor.cascade). Naive runs stay exact.
     approximate: bool | dict | None = None
 
+    def __post_init__(self) -> None:
+        check_run_options(
+            checkpoint_every=self.checkpoint_every,
+            checkpoint_seconds=self.checkpoint_seconds,
+            on_overflow=self.on_overflow,
+            max_prompts=self.max_prompts,
+            max_cost=self.max_cost,
+            price_per_hour=self.price_per_hour,
+        )
+
 
 def approximate_targets(value: bool | dict | None):
     """RunRequest.approximate as cascade Targets (None: exact)."""
@@ -93,8 +103,6 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
     `checkpoint_seconds` of model time, so a killed run loses at most one chunk. `max_prompts` /
     `max_cost` (USD of model time at the hardware's price) stop the run before it crosses the
     limit: first against the planner's estimate (cached prompts are free), then chunk by chunk."""
-    if request.on_overflow not in OVERFLOW_MODES:
-        raise AisqlError(f"unknown on_overflow mode {request.on_overflow!r}", hint="use error or truncate")
     started = time.perf_counter()
     source = SourceText(sql_text)
     statements = bind_script(source, request.dialect, request.params)
