@@ -47,21 +47,39 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def _terminate_as_interrupt():
-    """While a run is in progress, SIGTERM raises Terminated instead of ending the process unsaid."""
+def _stop_signals():
+    """While a run is in progress and its stop is reported: the first SIGINT raises
+    KeyboardInterrupt and the first SIGTERM Terminated, so the run stops as Ctrl-C stops it (what
+    was committed stays committed, and is said). Any later SIGINT or SIGTERM is ignored until the
+    report is printed: GNU `timeout` and batch schedulers signal a whole process group, and a user
+    presses Ctrl-C twice, so one stop often arrives twice — it must not cut the report (a bare
+    `interrupted`, or exit 143 with nothing said) or the commits it waits for."""
+    stopped: list[int] = []
 
-    def terminate(signum, frame):
-        raise Terminated()
+    def stop(signum, frame):
+        if stopped:
+            return  # the run is already stopping
+        stopped.append(signum)
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     try:
-        previous = signal.signal(signal.SIGTERM, terminate)
+        # a signal the process was started ignoring (nohup, a background job) stays ignored
+        previous = {
+            number: signal.signal(number, stop)
+            for number in (signal.SIGINT, signal.SIGTERM)
+            if signal.getsignal(number) is not signal.SIG_IGN
+        }
     except ValueError:  # not the main thread (an embedding caller): leave signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            # Stopped, the process is exiting with the stop's code: a signal still arriving is
+            # ignored to the end (the interpreter's shutdown would restore the default action of
+            # a Python handler, and a repeated SIGTERM or SIGINT then kill it mid-exit).
+            signal.signal(number, signal.SIG_IGN if stopped else handler)
 
 
 def kept_message(store) -> str:
@@ -403,8 +421,8 @@ def run(
         from aisql.progress_bar import RichProgress
 
         progress = RichProgress(stderr)
-    try:
-        with _terminate_as_interrupt():
+    with _stop_signals():
+        try:
             result = con.run(
                 text,
                 params=_parameters(params),
@@ -419,16 +437,16 @@ def run(
                 progress=progress,
                 approximate={"proxy": proxy_model} if proxy_model else (approximate or None),
             )
-    except (KeyboardInterrupt, Exception) as stop:
-        if not is_interrupt(stop):
-            raise
-        if progress is not None:
-            progress.close()
-        sys.exit(report_interrupt(con.store, stop))
-    finally:
-        if progress is not None:
-            progress.close()
-        con.close()
+        except (KeyboardInterrupt, Exception) as stop:
+            if not is_interrupt(stop):
+                raise
+            if progress is not None:
+                progress.close()
+            sys.exit(report_interrupt(con.store, stop))
+        finally:
+            if progress is not None:
+                progress.close()
+            con.close()
     printer.emit(result)
 
 
