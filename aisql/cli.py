@@ -493,18 +493,23 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
 @_apply(_engine)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--max-rows", default=50, show_default=True, help="Rows to show with --format table.")
+@click.option("--cache", "cache_path", metavar="PATH", help="Result cache file (default: answers.sqlite in the user cache dir).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @_embed_model
 @_handle_errors
-def shell(db, read_only, tables, dialect, model, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation, fmt, max_rows, no_cache, debug, embed_model):
+def shell(db, read_only, tables, dialect, model, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation, fmt, max_rows, cache_path, no_cache, debug, embed_model):
     """An interactive session, as `duckdb` with no arguments: statements end at `;`, each runs
-    when complete; the model loads once. Piped input runs as a script (exit 1 if a statement failed)."""
+    when complete; the model loads once. Piped input runs as a script (exit 1 if a statement
+    failed; Ctrl-C or SIGTERM stops it, exit 130 or 143)."""
     from aisql.output import ResultPrinter
     from aisql.shell import run_shell
 
     options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction, threads)
-    con = _connect(db, tables, None, model=model, engine_options=options, cache=not no_cache, read_only=read_only, embed_model=embed_model)
+    if cache_path and no_cache:
+        raise AisqlError("give either --cache PATH or --no-cache, not both")
+    cache = False if no_cache else (cache_path or True)
+    con = _connect(db, tables, None, model=model, engine_options=options, cache=cache, read_only=read_only, embed_model=embed_model)
 
     printer = ResultPrinter(fmt, max_rows, interactive=True)
 

@@ -167,7 +167,8 @@ def lines(stream: TextIO, interactive: bool) -> Iterator[str]:
 
 def run_shell(con, run_one: Callable[[str], None], stream: TextIO = sys.stdin, dialect: str | None = None, printer=None) -> int:
     """Read statements until end of input; `run_one` runs and prints one. Returns the exit code:
-    1 if any statement failed when input is not a terminal (a piped script), else 0.
+    1 if any statement failed when input is not a terminal (a piped script), 130 (143) if Ctrl-C
+    (SIGTERM) stopped a piped script — the statements after it do not run — else 0.
 
     A line starting with `.` outside a statement is a dot-command (aisql.shell_commands: `.tables`,
     `.schema`, `.mode`, `.help`, `.quit`), no `;` needed. In a piped script, an error names its
@@ -175,9 +176,26 @@ def run_shell(con, run_one: Callable[[str], None], stream: TextIO = sys.stdin, d
     statement may lack its `;` (as in duckdb's CLI); on a terminal, a statement still open at
     Ctrl-D is discarded with a note, as at Ctrl-C — never run half-typed (`DELETE FROM t` +
     Enter + Ctrl-D must not delete)."""
+    interactive = stream.isatty() and sys.stdout.isatty()
+    if interactive:  # Ctrl-C cancels the statement running (or being typed), as in duckdb's shell
+        return _read_and_run(con, run_one, stream, dialect, printer, interactive)
+    from aisql.cli import _stop_signals, is_interrupt, report_interrupt
+
+    # A piped script stops at Ctrl-C or SIGTERM: the statements after the stopped one do not run,
+    # the answers kept are said, and the exit status is 130 (143) — never 0 as if it had finished.
+    with _stop_signals():
+        try:
+            return _read_and_run(con, run_one, stream, dialect, printer, interactive)
+        except (KeyboardInterrupt, Exception) as stop:
+            if not is_interrupt(stop):
+                raise
+            return report_interrupt(getattr(con, "store", None), stop)
+
+
+def _read_and_run(con, run_one: Callable[[str], None], stream: TextIO, dialect: str | None, printer, interactive: bool) -> int:
+    """run_shell's loop: statements and dot-commands from `stream` until its end (or `.quit`)."""
     from aisql.shell_commands import DotCommands, Quit
 
-    interactive = stream.isatty() and sys.stdout.isatty()
     failed = False
     splitter = StatementSplitter(dialect)
     commands = DotCommands(con, printer)
@@ -206,6 +224,8 @@ def run_shell(con, run_one: Callable[[str], None], stream: TextIO = sys.stdin, d
         try:
             run_one(statement)
         except (KeyboardInterrupt, Exception) as err:
+            if is_interrupt(err) and not interactive:
+                raise  # a piped script stops here (run_shell)
             if is_interrupt(err):
                 print(f"interrupted: {kept_message(getattr(con, 'store', None))}", file=sys.stderr)
             elif isinstance(err, AisqlError):

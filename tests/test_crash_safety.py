@@ -209,3 +209,37 @@ def test_ctrl_c_and_sigterm_keep_the_committed_answers_and_say_so(tiny_engine, t
     stats = json.loads(stats_path.read_text())
     assert stats["prompts_cached"] == kept
     assert stats["prompts_evaluated"] + stats["prompts_sampled"] == prompts - kept
+
+
+@pytest.mark.parametrize("stop, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_piped_shell_script_stops_at_ctrl_c(tiny_engine, tmp_path: Path, stop, code):
+    """`aisql shell < script.sql` stopped mid-statement: the next statements do not run, the
+    answers kept are said, the exit status is not 0 (was: it ran on and exited 0)."""
+    import re
+
+    cache = tmp_path / "answers.sqlite"
+    script = QUERY.replace(" AND c.id <= 20", "") + ";\nSELECT 'the next statement ran' AS marker;\n"
+    script_file = tmp_path / "script.sql"
+    script_file.write_text(script)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "aisql.cli", "shell", "--model", "tiny", "--cache", str(cache)],
+        cwd=EXAMPLES,
+        stdin=script_file.open(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + DEADLINE_S
+    while committed(cache) == 0 and job.poll() is None and time.monotonic() < deadline:
+        try:
+            job.wait(timeout=0.02)
+        except subprocess.TimeoutExpired:
+            pass
+    assert job.poll() is None, f"the script ended before it could be stopped: {job.stderr.read()}"
+    job.send_signal(stop)
+    stdout, stderr = job.communicate(timeout=DEADLINE_S)
+    assert job.returncode == code, stderr
+    assert "the next statement ran" not in stdout
+    said = re.search(r"([\d,]+) answers kept in the result cache", stderr)
+    assert said and int(said.group(1).replace(",", "")) == committed(cache), stderr

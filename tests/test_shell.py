@@ -148,3 +148,39 @@ def test_a_piped_script_error_names_its_line_in_the_script():
     assert "(line 4, column" in done.stderr, done.stderr
     column = int(done.stderr.split("(line 4, column ")[1].split(")")[0])
     assert column > len("SELECT 2; ")  # placed in the script's line, after the first statement
+
+
+def test_ctrl_c_stops_a_piped_script(capsys):
+    """Was: the statements after the interrupted one ran and the script exited 0."""
+    ran: list[str] = []
+
+    def run_one(statement: str) -> None:
+        ran.append(statement.strip())
+        if "slow" in statement:
+            raise KeyboardInterrupt
+
+    code = run_shell(None, run_one, io.StringIO("SELECT 1;\nSELECT 'slow';\nSELECT 3;\n"))
+    assert code == 130 and ran == ["SELECT 1;", "SELECT 'slow';"]
+    assert capsys.readouterr().err.startswith("interrupted: no answers were computed")
+
+
+def test_ctrl_c_at_a_terminal_cancels_one_statement(monkeypatch, capsys):
+    def run_one(statement: str) -> None:
+        if "slow" in statement:
+            raise KeyboardInterrupt
+
+    ran: list[str] = []
+    typed = iter(["SELECT 'slow';", "SELECT 2;"])
+
+    def fake_input(prompt: str) -> str:
+        try:
+            return next(typed)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(shell, "_history", lambda: None)
+    code = run_shell(None, lambda s: (ran.append(s.strip()), run_one(s)), Terminal())
+    assert ran == ["SELECT 'slow';", "SELECT 2;"] and code == 0
+    assert "interrupted" in capsys.readouterr().err
