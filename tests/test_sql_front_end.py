@@ -62,6 +62,34 @@ def test_double_quoted_template():
     assert call.template.text == "{a} is {{ok}}"
 
 
+@pytest.mark.parametrize(
+    "literal, text",
+    [
+        ("$$Is {a} a 'comedy'?$$", "Is {a} a 'comedy'?"),
+        ("$q$Is {a} a $$comedy$$?$q$", "Is {a} a $$comedy$$?"),
+        ("E'Is {a}\\na comedy?\\t'", "Is {a}\na comedy?\t"),
+        ("e'it\\'s {a}'", "it's {a}"),
+    ],
+)
+def test_dollar_quoted_and_escape_strings_are_templates(literal, text):
+    """DuckDB's $$...$$ and E'...' are string literals (were refused: "must be a string literal")."""
+    (call,) = calls(f"SELECT AI.IF(PROMPT({literal})) FROM t")
+    assert call.template.text == text
+    (labelled,) = calls(f"SELECT AI.CLASSIFY(a, [{literal}, 'other']) FROM t")
+    assert labelled.options.labels == (text, "other")
+
+
+def test_a_bigquery_bytes_literal_is_no_template():
+    def bigquery(sql: str):
+        source = SourceText(sql)
+        return [c for s in parse_script(source, "bigquery") for c in bind_statement(s, source, "__t_").calls]
+
+    with pytest.raises(TemplateError, match="must be a string literal"):
+        bigquery("SELECT AI.IF(PROMPT(b'{a} is fine')) FROM t")
+    (call,) = bigquery("SELECT AI.IF(PROMPT(r'{a} is \\fine')) FROM t")
+    assert call.template.text == "{a} is \\fine"
+
+
 def test_expression_prompt_uses_identity_template():
     (call,) = calls("SELECT AI.IF('Is ' || title || ' a comedy?') FROM t")
     assert call.template.text == "{0}" and call.args[0].sql() == "'Is ' || title || ' a comedy?'"

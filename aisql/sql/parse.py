@@ -72,10 +72,28 @@ def parse_script(source: SourceText, dialect: str | None = None) -> list[Stateme
             raise SqlSyntaxError(message, line=line, col=col, hint=hint) from None
         near = f" near {highlight!r}" if highlight else ""
         raise SqlSyntaxError(f"SQL syntax error{near}: {description}", line=line, col=col) from None
+    for ast in asts:
+        if ast is not None:
+            _plain_text_literals(ast, (dialect or DEFAULT).lower())
     statements = _split_statements(source, tokens, asts, (dialect or DEFAULT).lower())
     if not statements:
         raise SqlSyntaxError("the query has no statement, only comments")
     return statements
+
+
+def _plain_text_literals(ast: exp.Expression, dialect: str) -> None:
+    """Dollar-quoted ($$...$$, $tag$...$tag$), raw (r'...') and, in DuckDB, escape (E'...')
+    strings are text literals like '...': rewritten as plain string literals of the same value
+    (sqlglot has already decoded the escapes as DuckDB does), so every place that wants a string
+    literal — a PROMPT template, CLASSIFY's labels, an option — takes them. (A BigQuery b'...' is
+    bytes, not text, and stays as it is.)"""
+    kinds = (exp.RawString, exp.ByteString) if dialect == DEFAULT else (exp.RawString,)
+    for node in list(ast.find_all(*kinds)):
+        if not isinstance(node.this, str):
+            continue
+        literal = exp.Literal.string(node.this)
+        literal.meta.update(node.meta)
+        node.replace(literal)
 
 
 @contextmanager
