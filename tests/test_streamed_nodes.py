@@ -389,3 +389,35 @@ def test_the_store_process_finds_what_is_stored_commits_what_it_was_sent_and_say
     with pytest.raises(CacheError, match="is a directory"):
         writer.lookup(["x"])
         writer.close()
+
+
+class _Decided(Exception):
+    """Raised once the run has decided whether its node streams (no 50,000 prompts are asked)."""
+
+
+@pytest.mark.parametrize("distinct, sliced", [(49_999, False), (50_000, True)])
+def test_explain_and_the_run_decide_streaming_alike_at_the_threshold(pooled, monkeypatch, distinct, sliced):
+    """Was: the run decided by a HyperLogLog sketch (48,052 for 50,000: no streaming), explain by
+    the exact count. Near STREAM_AT both count exactly, through one function."""
+    from aisql.executor.node_runtime import NodeRuntime
+
+    assert streamed_input.STREAM_AT == 50_000  # the README's threshold
+    con, _ = pooled()
+    con.duckdb.execute(f"CREATE TABLE items AS SELECT i AS id, 'item ' || i AS name FROM range({distinct}) r(i)")
+    query = "SELECT id FROM items WHERE AI.IF(PROMPT('{name} is good'))"
+    explained = con.explain(query, workers=2).shard_plans["ai_1"]["sliced"]
+
+    decided = []
+    original = NodeRuntime.streamed_size
+
+    def deciding(self, duck):
+        decided.append(original(self, duck))
+        raise _Decided
+
+    monkeypatch.setattr(NodeRuntime, "streamed_size", deciding)
+    with pytest.raises(_Decided):
+        con.run(query)
+    assert explained is sliced
+    assert (decided[0] is not None) is sliced
+    if sliced:
+        assert decided[0] == distinct

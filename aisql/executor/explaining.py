@@ -118,8 +118,15 @@ def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, chec
                 continue
             groups = estimated_groups(sizes, tokens, est.input_factor)
             out[node.id] = node_plan(groups, workers, checkpoint_every, est.plan.time_s or None)
-            # a run streams a node this large through the pool in slices (the driver encodes nothing)
-            out[node.id]["sliced"] = bool(est.prompts_unique and est.prompts_unique >= streamed_input.STREAM_AT)
+            # a run streams a node this large through the pool in slices (the driver encodes
+            # nothing): decided from the count the run decides from, where it can be made now
+            distinct = est.prompts_unique
+            if node.estimate_sql is not None and est.input_factor == 1.0:
+                try:
+                    distinct = streamed_input.count_input(stats.con, node.estimate_sql, node.call.arity)
+                except duckdb.Error:  # not countable before the script runs: the estimate says
+                    pass
+            out[node.id]["sliced"] = streamed_input.streams(distinct)
     return out
 
 

@@ -169,7 +169,7 @@ class NodeRuntime:
         if self.calibrates_on_its_batch:  # its rule is fitted on every answer: the sharded path keeps them
             return None
         total = streamed_input.count_input(con, self.node.input_sql, self.call.arity)
-        return total if total >= streamed_input.STREAM_AT else None
+        return total if streamed_input.streams(total) else None
 
     def prefetch_streamed(self, con: duckdb.DuckDBPyConnection, total: int) -> None:
         """prefetch, streamed: the input read a slice at a time in anchor order, answers kept by

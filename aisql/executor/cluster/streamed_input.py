@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 from aisql.sql.template import Template
 
 SLICE_ROWS = 20_000  # tuples per record batch: bounds the driver's memory for the input
-STREAM_AT = 50_000  # a node of this many distinct tuples or more streams (on a worker pool)
+STREAM_AT = 50_000  # a node of this many distinct prompts or more streams (on a worker pool)
+SKETCH_MARGIN = 0.10  # a sketched count this close to STREAM_AT (relative) is counted exactly
 LEAD_SAMPLE = 4096  # leading values sampled to cut the input into ranges
 TUPLE_HASH_COLUMN = "__aisql_tuple_hash"
 
@@ -116,20 +117,35 @@ def slice_ranges(con: duckdb.DuckDBPyConnection, input_sql: str, lead: Sequence[
 
 
 def count_input(con: duckdb.DuckDBPyConnection, input_sql: str, arity: int) -> int:
-    """About how many distinct tuples the node has (whether it streams, how many ranges it is
-    read in, what progress counts toward): a HyperLogLog sketch over its rows as they stream —
-    counting them exactly would build the hash table of every tuple that slicing avoids."""
+    """About how many distinct prompts (non-NULL tuples) the node has — whether it streams, how
+    many ranges it is read in, what progress counts toward: a HyperLogLog sketch over its rows as
+    they stream (counting them all exactly would build the hash table of every tuple that slicing
+    avoids). Near STREAM_AT, where the sketch's few percent could decide either way (48,052 for
+    50,000), they are counted exactly, so `streams` is exact at its threshold — and explain, which
+    calls this too, says what the run does."""
     from aisql.planner.inputs import ungrouped_input_sql
     from aisql.planner.plan import ARG_PREFIX
 
-    columns = ", ".join(f"{ARG_PREFIX}{i}" for i in range(arity))
+    names = [f"{ARG_PREFIX}{i}" for i in range(arity)]
+    not_null = " AND ".join(f"{name} IS NOT NULL" for name in names) or "TRUE"
+    exact = f"SELECT count(*) FROM ({input_sql}) AS node_input WHERE {not_null}"
     try:
-        sql = f"SELECT approx_count_distinct(hash({columns})) FROM ({ungrouped_input_sql(input_sql)}) AS node_rows"
-        return int(con.execute(sql).fetchall()[0][0] or 0)
+        if names:
+            sketch = f"SELECT approx_count_distinct(hash({', '.join(names)})) FILTER (WHERE {not_null}) FROM ({ungrouped_input_sql(input_sql)}) AS node_rows"
+            estimate = int(con.execute(sketch).fetchall()[0][0] or 0)
+            if abs(estimate - STREAM_AT) > SKETCH_MARGIN * STREAM_AT:
+                return estimate
+        return int(con.execute(exact).fetchall()[0][0])
     except duckdb.InterruptException:
         raise KeyboardInterrupt from None
     except duckdb.Error:  # an input the row-by-row rewrite cannot take: counted exactly
-        return int(con.execute(f"SELECT count(*) FROM ({input_sql}) AS node_input").fetchall()[0][0])
+        return int(con.execute(exact).fetchall()[0][0])
+
+
+def streams(distinct_prompts: int | float | None) -> bool:
+    """Whether a node of this many distinct prompts streams through a worker pool: the one rule
+    the run (aisql.executor.node_runtime) and explain --workers share."""
+    return bool(distinct_prompts) and distinct_prompts >= STREAM_AT
 
 
 def stream_groups(
