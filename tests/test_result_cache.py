@@ -83,6 +83,112 @@ def test_a_file_that_is_not_a_cache_is_refused_untouched(tmp_path: Path):
     assert notes.read_text() == "my notes\n" * 100
 
 
+def _sqlite_files(path: Path) -> list[Path]:
+    return [p for p in path.parent.glob(path.name + "*")]
+
+
+def test_a_foreign_sqlite_database_is_refused_untouched(tmp_path: Path):
+    """Was: --cache app.sqlite added `answers` and `meta` to the user's own database."""
+    app = tmp_path / "app.sqlite"
+    with sqlite3.connect(app) as db:
+        db.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+        db.execute("INSERT INTO users VALUES (1, 'Ann')")
+    before = app.read_bytes()
+    with pytest.raises(CacheError, match=r"is a SQLite database of another application \(tables: users\)"):
+        SqliteAnswerStore(app)
+    assert app.read_bytes() == before and _sqlite_files(app) == [app]
+    result = CliRunner().invoke(main, ["cache", "clear", "--cache", str(app), "--yes"])
+    assert result.exit_code == 1 and "another application" in result.stderr
+    marked = tmp_path / "marked.sqlite"
+    with sqlite3.connect(marked) as db:  # sibling: another application's mark, no tables yet
+        db.execute("PRAGMA application_id = 42")
+    with pytest.raises(CacheError, match="application id 0x2a"):
+        SqliteAnswerStore(marked)
+
+
+def test_a_cache_written_before_the_mark_is_still_read(tmp_path: Path):
+    path = tmp_path / "answers.sqlite"
+    store = SqliteAnswerStore(path)
+    store.put_many("t", {"x": Answer(True, 1, 0.9)})
+    store.close()
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA application_id = 0")  # as every cache before this version
+    reopened = SqliteAnswerStore(path)
+    assert reopened.get_many("t", ["x"]) == {"x": Answer(True, 1, 0.9)}
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA application_id").fetchall()[0][0] != 0  # marked now
+
+
+def test_a_cache_deleted_mid_run_is_created_again_and_said(tmp_path: Path):
+    """Was: every later answer went to the unlinked file, the run said nothing, a rerun paid again."""
+    path = tmp_path / "answers.sqlite"
+    said: list[str] = []
+    store = SqliteAnswerStore(path, warn=said.append)
+    store.put_many("t", {"a": Answer(True, 1, 0.9), "b": Answer(False, 1, 0.1)})
+    for file in _sqlite_files(path):
+        file.unlink()
+    store.put_many("t", {"c": Answer(True, 1, 0.8)})
+    assert said and "was deleted during the run; 2 answers this run had committed went with the old file" in said[0]
+    assert store.committed == 1
+    store.close()
+    assert SqliteAnswerStore(path).get_many("t", ["a", "b", "c"]) == {"c": Answer(True, 1, 0.8)}
+
+
+def test_a_cache_replaced_mid_run_by_a_foreign_database_stops_the_commit(tmp_path: Path):
+    path = tmp_path / "answers.sqlite"
+    store = SqliteAnswerStore(path, warn=lambda message: None)
+    store.put_many("t", {"a": Answer(True, 1, 0.9)})
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE users (id INTEGER)")
+    for file in _sqlite_files(path):
+        file.unlink()
+    other.rename(path)
+    with pytest.raises(CacheError, match="was replaced during the run and cannot be opened again") as err:
+        store.put_many("t", {"b": Answer(True, 1, 0.9)})
+    assert "1 answers this run committed went with the old file" in err.value.hint
+    with sqlite3.connect(path) as db:
+        assert [r[0] for r in db.execute("SELECT name FROM sqlite_master")] == ["users"]
+    store.close()
+
+
+def _entries(path: Path) -> int:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        return db.execute("SELECT count(*) FROM answers").fetchall()[0][0]
+
+
+class DeletingEngine:
+    """The tiny engine; deletes the result cache once, after the run's first commit."""
+
+    def __init__(self, engine, path: Path):
+        self._engine, self._path, self.deleted = engine, path, False
+
+    def score(self, requests, **kwargs):
+        if not self.deleted and self._path.exists() and _entries(self._path) > 0:
+            for file in _sqlite_files(self._path):
+                file.unlink()
+            self.deleted = True
+        return self._engine.score(requests, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+def test_a_run_whose_cache_is_deleted_keeps_what_follows(tmp_path: Path, tiny_engine):
+    path = tmp_path / "answers.sqlite"
+    said: list[str] = []
+    engine = DeletingEngine(tiny_engine, path)
+    con = connection(path, engine=engine, warn=said.append)
+    query = "SELECT id FROM reviews WHERE AI.IF(PROMPT('{review} is positive'))"
+    first = con.run(query, checkpoint_every=16)
+    assert engine.deleted and any("was deleted during the run" in line for line in said)
+    kept = con.store.committed
+    assert 0 < kept < first.stats.totals()["prompts_evaluated"]
+    rerun = connection(path, engine=tiny_engine).run(query)
+    assert rerun.stats.totals()["prompts_cached"] == kept
+    assert rerun.table.equals(first.table)
+
+
 # ---- runs ---------------------------------------------------------------------------------------
 
 

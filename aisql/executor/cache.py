@@ -29,6 +29,9 @@ from aisql.executor.answer_store import Answer, AnswerStore, MemoryAnswerStore, 
 from aisql.paths import cache_root
 
 SCHEMA_VERSION = 1
+# SQLite's header field for "which application's file is this" (PRAGMA application_id): "aisq".
+APPLICATION_ID = 0x61697371
+OWN_TABLES = {"answers", "meta"}
 _BUSY_TIMEOUT_S = 60.0
 _LOOKUP_CHUNK = 500
 
@@ -62,27 +65,58 @@ class SqliteAnswerStore:
         except OSError as err:
             raise CacheError(f"cannot create the cache directory {self.path.parent}: {err.strerror or err}") from None
         self._lock = threading.Lock()
+        self._db = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        """Open (or create) the file as the result cache; remember which file it is (`_identity`)."""
+        db = None
         try:
-            self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-            self._retry_while_busy(self._open)
+            db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            self._retry_while_busy(lambda: self._open(db))
+            self._identity = _file_identity(self.path)
+            return db
         except sqlite3.DatabaseError as err:
+            if db is not None:
+                db.close()
             if "malformed" in str(err):
                 raise self._read_error(err) from None
             if isinstance(err, sqlite3.OperationalError):
                 raise CacheError(f"cannot use the cache file {self.path}: {err}") from None
             raise CacheError(f"cache file {self.path} is not an aisql result cache ({err})", hint=_CORRUPT_HINT) from None
+        except BaseException:
+            if db is not None:
+                db.close()
+            raise
 
-    def _open(self) -> None:
-        self._db.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = NORMAL")
+    def _open(self, db: sqlite3.Connection) -> None:
+        db.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+        self._refuse_foreign(db)  # before anything is written to the file
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")
         # Answers arrive in bulk (a worker pool's shards: millions a node) under random keys, so
         # each commit touches a page per answer: a 64 MB page cache and a WAL checkpointed every
         # ~40 MB instead of ~4 MB write each hot page fewer times (measured: 22.6 -> 15.8 us of
         # CPU per answer in 256-answer commits, 24.8 -> 13.3 in 1,000-answer ones).
-        self._db.execute("PRAGMA cache_size = -65536")
-        self._db.execute("PRAGMA wal_autocheckpoint = 10000")
-        self._init_schema()
+        db.execute("PRAGMA cache_size = -65536")
+        db.execute("PRAGMA wal_autocheckpoint = 10000")
+        self._init_schema(db)
+
+    def _refuse_foreign(self, db: sqlite3.Connection) -> None:
+        """A SQLite database of another application is never adopted: `--cache app.sqlite` once
+        added aisql's tables to a user's own database (and `aisql cache clear` then worked on it).
+        An aisql cache carries APPLICATION_ID; one written before it did has only aisql's tables."""
+        application = db.execute("PRAGMA application_id").fetchall()[0][0]
+        if application == APPLICATION_ID:
+            return
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        older_cache = tables == OWN_TABLES and bool(db.execute("SELECT 1 FROM meta WHERE name = 'schema_version'").fetchall())
+        if application == 0 and (not tables or older_cache):
+            return  # a new file, or an aisql cache from before the mark: marked in _init_schema
+        what = f"tables: {', '.join(sorted(tables)[:5])}{', ...' if len(tables) > 5 else ''}" if tables else f"application id {application:#x}"
+        raise CacheError(
+            f"{self.path} is a SQLite database of another application ({what}), not an aisql result cache; aisql will not add its tables to it",
+            hint="give --cache a new file name (e.g. answers.sqlite), or leave it out for the default cache",
+        )
 
     @staticmethod
     def _retry_while_busy(action) -> None:
@@ -100,8 +134,8 @@ class SqliteAnswerStore:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)
 
-    def _init_schema(self) -> None:
-        self._db.execute(
+    def _init_schema(self, db: sqlite3.Connection) -> None:
+        db.execute(
             """CREATE TABLE IF NOT EXISTS answers (
                    key BLOB PRIMARY KEY,
                    task TEXT NOT NULL,
@@ -109,9 +143,11 @@ class SqliteAnswerStore:
                    created REAL NOT NULL
                ) WITHOUT ROWID"""
         )
-        self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
-        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        version = self._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchall()[0][0]
+        db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
+        db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        if db.execute("PRAGMA application_id").fetchall()[0][0] != APPLICATION_ID:
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        version = db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchall()[0][0]
         if int(version) != SCHEMA_VERSION:
             raise CacheError(f"cache file {self.path} has schema version {version}, this aisql reads {SCHEMA_VERSION}")
 
@@ -185,6 +221,7 @@ class SqliteAnswerStore:
         now = time.time()
         rows = [(key, task, _encode(answer), now) for key, answer in answers]
         with self._lock:
+            self._follow_the_file()
             replacing = [row for row in rows if row[0] in self._unreadable]  # entries found unreadable
             try:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -206,6 +243,33 @@ class SqliteAnswerStore:
                     f"cannot write {len(rows)} answers to the result cache {self.path}: {err}",
                     hint="the answers committed before are kept; free disk space, or run with --no-cache",
                 ) from None
+
+    def _follow_the_file(self) -> None:
+        """Before a commit: is the cache still the file opened? A file deleted (or replaced) while a
+        run goes on once took every later answer into an unlinked inode — the run said "N
+        evaluated", the rerun paid again. Now the cache is opened afresh at its path (a new file,
+        or the one that replaced it if it is an aisql cache), saying what went with the old one;
+        a foreign file there stops the run (CacheError) with nothing more lost."""
+        if _file_identity(self.path) == self._identity:
+            return
+        vanished = not self.path.exists()
+        lost = self.committed
+        self._db.close()
+        try:
+            self._db = self._connect()
+        except CacheError as err:
+            self._db = sqlite3.connect(":memory:", check_same_thread=False)  # for close(); every later commit fails the same way
+            raise CacheError(
+                f"the result cache {self.path} was {'deleted' if vanished else 'replaced'} during the run and cannot be opened again: {err.message}",
+                hint=f"{lost:,} answers this run committed went with the old file; {err.hint or 'run with --cache PATH or --no-cache'}",
+            ) from None
+        self.committed = 0
+        self._unreadable.clear()
+        self._say(
+            f"warning: the result cache {self.path} was {'deleted' if vanished else 'replaced by another file'} during the run; "
+            f"{lost:,} answers this run had committed went with the old file. "
+            f"{'A new cache was created there' if vanished else 'The new file is used'}: the answers from now on are kept in it"
+        )
 
     # ---- maintenance ------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -243,6 +307,15 @@ class SqliteAnswerStore:
 
 class CacheError(AisqlError):
     """The result cache cannot be opened or used."""
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """Which file `path` names now (device, inode); None when there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def entry_key(task: str, text: str) -> bytes:
