@@ -22,6 +22,7 @@ from rich.table import Table
 from aisql.json_values import json_safe
 from aisql.console import escape, stderr
 from aisql.errors import DataError
+from aisql.paths import process_alive
 
 FILE_FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json"}
 
@@ -53,21 +54,11 @@ def remove_stale_temporaries(target: Path) -> None:
     """Temporary files of earlier writes to `target` whose process is gone (killed mid-write)."""
     for stale in target.parent.glob(f".{target.name}.*.tmp"):
         pid = stale.name[len(target.name) + 2 : -len(".tmp")]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             try:
                 stale.unlink()
             except OSError:
                 pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 def write_table(table: pa.Table, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:

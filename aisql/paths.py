@@ -44,7 +44,8 @@ def build_directory_once(target: Path, build: Callable[[Path], None], what: str)
 
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        remove_abandoned_builds(target)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", dir=target.parent))
     except OSError as err:
         raise ModelError(f"cannot {what} in {target.parent}: {err.strerror or err}", hint="set AISQL_CACHE_DIR to a writable directory") from None
     try:
@@ -57,3 +58,23 @@ def build_directory_once(target: Path, build: Callable[[Path], None], what: str)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def remove_abandoned_builds(target: Path) -> None:
+    """Staging directories of earlier builds of `target` whose process is gone (a kill -9 during a
+    GGUF conversion left one of several GB behind, never swept). A live builder's is kept."""
+    for staging in target.parent.glob(f".{target.name}.*"):
+        pid = staging.name[len(target.name) + 2 :].split(".", 1)[0]
+        if staging.is_dir() and pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id runs (another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -4,6 +4,7 @@ Tested on the tiny model written as GGUF (tests/gguf_writer.py), not the 98 MB r
 
 from __future__ import annotations
 
+import os
 import pytest
 from conftest import EXAMPLES
 from gguf_writer import write_tiny_gguf
@@ -89,3 +90,23 @@ def test_too_large_for_free_disk_is_refused_before_dequantizing(tmp_path, tiny_g
     with pytest.raises(ModelError, match="converted model needs about .* of disk in"):
         load_engine(str(copy))
     assert not gguf.converted_directory(copy).exists()
+
+
+def test_a_build_abandoned_by_a_killed_process_is_swept(tmp_path):
+    """Was: a kill -9 during a GGUF conversion left its staging directory (GBs) behind for good."""
+    import subprocess
+    import sys
+
+    from aisql.paths import build_directory_once
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    target = tmp_path / "model-abc"
+    abandoned = tmp_path / f".model-abc.{dead}.x1y2"
+    abandoned.mkdir()
+    (abandoned / "model.safetensors").write_bytes(b"half a model")
+    live = tmp_path / f".model-abc.{os.getppid()}.z3"  # a build in progress elsewhere: kept
+    live.mkdir()
+
+    build_directory_once(target, lambda staging: (staging / "config.json").write_text("{}"), "build")
+    assert (target / "config.json").exists()
+    assert not abandoned.exists() and live.exists()
