@@ -358,7 +358,9 @@ def print_summary(result, output: str | None) -> None:
             where = f"on {result.model.device}" + (f" ({', '.join(how)})" if how else "")
         elif any(n.prompts_total for n in result.stats.nodes if n.model_kind == "llm"):
             numerics = f", computed in {result.model.numerics}" if result.model.numerics else ""
-            where = f"(not loaded: all answers cached{numerics})"
+            proxied = any(n.approximate and n.approximate.get("proxy_answered") for n in result.stats.nodes)
+            # in approximate mode the oracle may be left unloaded because its proxy answered
+            where = "(not loaded: its proxy and the result cache answered every prompt)" if proxied else f"(not loaded: all answers cached{numerics})"
         else:
             where = "(not loaded: no prompt to answer)"
         parts.append(f"model {result.model.name} {where}")
