@@ -33,7 +33,7 @@ import pyarrow as pa
 from aisql import functions as registry
 from aisql.engine.base import Engine
 from aisql.errors import AisqlError
-from aisql.executor.answering import RunOptions
+from aisql.executor.answer_types import RunOptions
 from aisql.executor.answer_store import Answer, AnswerStore
 from aisql.executor.bound_calls import with_arity
 from aisql.executor.checkpoints import DEFAULT_SECONDS

@@ -179,11 +179,11 @@ def run_shell(con, run_one: Callable[[str], None], stream: TextIO = sys.stdin, d
     interactive = stream.isatty() and sys.stdout.isatty()
     if interactive:  # Ctrl-C cancels the statement running (or being typed), as in duckdb's shell
         return _read_and_run(con, run_one, stream, dialect, printer, interactive)
-    from aisql.cli import _stop_signals, is_interrupt, report_interrupt
+    from aisql.stops import is_interrupt, report_interrupt, stop_signals
 
     # A piped script stops at Ctrl-C or SIGTERM: the statements after the stopped one do not run,
     # the answers kept are said, and the exit status is 130 (143) — never 0 as if it had finished.
-    with _stop_signals():
+    with stop_signals():
         try:
             return _read_and_run(con, run_one, stream, dialect, printer, interactive)
         except (KeyboardInterrupt, Exception) as stop:
@@ -207,7 +207,7 @@ def _read_and_run(con, run_one: Callable[[str], None], stream: TextIO, dialect: 
     def report(err: AisqlError, at: tuple[int, int] | None = None) -> None:
         nonlocal failed
         failed = True
-        from aisql.cli import report_error
+        from aisql.stops import report_error
 
         if at is not None and not interactive and err.line is not None:
             err.col = err.col + at[1] if err.line == 1 and err.col is not None else err.col
@@ -219,7 +219,7 @@ def _read_and_run(con, run_one: Callable[[str], None], stream: TextIO, dialect: 
         newlines = statement.count("\n")
         start[0] += newlines
         start[1] = len(statement) - statement.rfind("\n") - 1 if newlines else start[1] + len(statement)
-        from aisql.cli import is_interrupt, kept_message
+        from aisql.stops import is_interrupt, kept_message
 
         try:
             run_one(statement)

@@ -69,3 +69,83 @@ def test_importing_the_front_end_loads_no_model_code():
     code = "import sys, aisql.sql.bind, aisql.functions; print(sorted(m for m in sys.modules if m.startswith('aisql.engine')))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "aisql.engine.model.loader" not in loaded and "torch" not in loaded, loaded
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """aisql's modules -> the aisql modules each imports, wherever the import stands (inside a
+    function too: such an import still ties the two modules), but for type-only imports under
+    `if TYPE_CHECKING:`, which never run."""
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        type_only = {
+            id(sub)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for sub in ast.walk(node)
+        }
+        found = set()
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
+            if isinstance(node, ast.Import):
+                found.update(resolve(alias.name) for alias in node.names if alias.name.startswith("aisql"))
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith("aisql"):
+                found.update(resolve(f"{node.module}.{alias.name}") for alias in node.names)
+        graph[name] = found - {None, name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in graph.get(module, ()):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_circle_anywhere():
+    """A circle closed by an import inside a function still ties its modules together (the Ray
+    worker could reach the driver's node runtimes through one); none is left."""
+    assert _cycles(_module_graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

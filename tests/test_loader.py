@@ -111,19 +111,19 @@ def test_directory_without_config(offline, tmp_path):
 
 def test_an_unreachable_hub_is_remembered(offline, monkeypatch):
     """An offline machine pays the Hub probe once an hour, not at every run."""
-    from aisql.engine.model import loader
+    from aisql.engine.model import hub as loader
 
     probes = []
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9/remembered")
     monkeypatch.setattr(loader, "_reachable", lambda endpoint: probes.append(endpoint) or False)
     for _ in range(3):
         with pytest.raises(ModelError, match="unreachable"):
-            loader._hub_snapshot("Qwen/Qwen3-0.6B")
+            loader.hub_snapshot("Qwen/Qwen3-0.6B")
     assert probes == ["http://127.0.0.1:9/remembered"]
 
 
 def test_a_cached_snapshot_is_found_without_the_network(offline, tmp_path, monkeypatch):
-    from aisql.engine.model import loader
+    from aisql.engine.model import hub as loader
 
     snapshot = tmp_path / "hf" / "hub" / "models--org--m" / "snapshots" / "abc"
     snapshot.mkdir(parents=True)
@@ -131,7 +131,7 @@ def test_a_cached_snapshot_is_found_without_the_network(offline, tmp_path, monke
     (snapshot.parent.parent / "refs").mkdir()
     (snapshot.parent.parent / "refs" / "main").write_text("abc")
     monkeypatch.setattr(loader, "_reachable", lambda endpoint: pytest.fail("probed the network"))
-    assert loader._hub_snapshot("org/m", weights=False) == snapshot
+    assert loader.hub_snapshot("org/m", weights=False) == snapshot
     with pytest.raises(ModelError, match="unreachable"):  # no weights in it: not enough to load
         monkeypatch.setattr(loader, "_reachable", lambda endpoint: False)
-        loader._hub_snapshot("org/m", weights=True)
+        loader.hub_snapshot("org/m", weights=True)

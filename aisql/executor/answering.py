@@ -17,7 +17,6 @@ worker pool behind it (`Engine.pool`) is answered shard by shard instead (aisql.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,66 +25,14 @@ from typing import Callable, Sequence, TypeVar
 from aisql.engine.base import Engine, EngineStats
 from aisql.executor import aggregate
 from aisql.executor.answer_store import Answer, AnswerStore
-from aisql.executor.budget import Budget, BudgetExceeded
-from aisql.executor.checkpoints import DEFAULT_SECONDS, ChunkSizer
-from aisql.executor.option_rules import check_run_options
+from aisql.executor.budget import BudgetExceeded
+from aisql.executor.answer_types import AnswerCounts, RunOptions
+from aisql.executor.checkpoints import ChunkSizer
 from aisql.executor.evaluate import Prepared, answer_prepared, prepare
-from aisql.executor.progress import NoProgress, Progress
-from aisql.executor.run_stats import ANSWER_COUNTS, add_worker_counts
 from aisql.executor.request_kinds import kind_of
 from aisql.functions import Task
-from aisql.planner.approximation import Targets, call_targets
 
 T = TypeVar("T")
-
-
-@dataclass
-class RunOptions:
-    """How a run evaluates prompts: checkpoints, context overflow, budget, progress."""
-
-    checkpoint_every: int = 256  # commit answers after at most this many prompts...
-    checkpoint_seconds: float = DEFAULT_SECONDS  # ...or about this much model time, whichever comes first
-    on_overflow: str = "error"  # a prompt longer than the context: "error" | "truncate"
-    budget: Budget | None = None
-    progress: Progress = field(default_factory=NoProgress)
-    approximate: "Targets | None" = None  # approximate mode for every AI.IF of the run (--approximate)
-    embeddings: object | None = None  # the embedding model (a ModelSession): the cascade's proxy reads it
-    proxies: object | None = None  # the run's ModelSession: chooses and loads a cascade's proxy LLM
-
-    def __post_init__(self) -> None:
-        check_run_options(checkpoint_every=self.checkpoint_every, checkpoint_seconds=self.checkpoint_seconds, on_overflow=self.on_overflow)
-
-    def targets_for(self, call) -> "Targets | None":
-        """The approximate-mode targets of a call: its own options, else the run's, else None (exact)."""
-        return call_targets(call.function.approximates, call.hints, self.approximate)
-
-
-@dataclass
-class AnswerCounts:
-    """What answering did, returned to the caller: prompts as naive execution counts them, what
-    the model ran (`work`), and per worker on a pool."""
-
-    prompts_total: int = 0  # rows with a prompt
-    prompts_unique: int = 0  # of those, texts new to the caller
-    prompts_cached: int = 0  # new texts answered from the result cache
-    prompts_evaluated: int = 0  # texts sent to the model
-    prompts_truncated: int = 0
-    logical_tokens: int = 0  # what naive execution would run
-    work: EngineStats = field(default_factory=EngineStats)
-    workers: dict[str, dict] = field(default_factory=dict)  # on a pool: shards / prompts / computed tokens / busy s
-
-    def __add__(self, other: "AnswerCounts | None") -> "AnswerCounts":
-        total = dataclasses.replace(self, work=self.work.copy(), workers={k: dict(v) for k, v in self.workers.items()})
-        if other is not None:
-            total += other
-        return total
-
-    def __iadd__(self, other: "AnswerCounts") -> "AnswerCounts":
-        for name in ANSWER_COUNTS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.work = self.work + other.work
-        add_worker_counts(self.workers, other.workers)
-        return self
 
 
 @dataclass

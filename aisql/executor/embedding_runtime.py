@@ -11,46 +11,16 @@ multiply-adds, never n x m model calls. Naive: each row embeds its own texts, on
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import duckdb
 import numpy as np
 
 from aisql.executor.answering import Answering
-from aisql.executor.answer_store import Answer, accepting
+from aisql.executor.answer_store import Answer
+from aisql.executor.embedding_vectors import EmbeddingSource, embedding_store_key, unit_vector, vector_check
 from aisql.executor.node_runtime import NodeRuntime
 from aisql.planner.plan import ARG_PREFIX, COUNT_COLUMN
-
-EMBEDDING_TASK = "embedding-v1"  # the store key's task part: every embedding function shares the vectors
-
-
-class EmbeddingSource(Protocol):
-    """Where the embedding model comes from (a ModelSession)."""
-
-    def embedding_model(self): ...
-
-    def embedder(self): ...
-
-
-def embedding_store_key(embeddings: EmbeddingSource) -> str:
-    """Where vectors live in the result cache: per embedding model, shared by every function."""
-    return f"{embeddings.embedding_model().fingerprint}/{EMBEDDING_TASK}"
-
-
-def vector_check(embeddings: EmbeddingSource):
-    """Whether a stored value is one of this model's vectors (a cache entry that is not is
-    embedded again): a list of `dimension` numbers."""
-    dimension = embeddings.embedding_model().dimension
-
-    def accepts(value) -> bool:
-        return (
-            isinstance(value, list)
-            and len(value) == dimension
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
-        )
-
-    return accepting(accepts)
-
 
 class EmbeddingRuntime(NodeRuntime):
     def __init__(self, node, embeddings: EmbeddingSource, answering: Answering) -> None:
@@ -150,7 +120,7 @@ class EmbeddingRuntime(NodeRuntime):
         if text in self.index:
             return
         self.index[text] = len(self.rows)
-        self.rows.append(_unit(vector))
+        self.rows.append(unit_vector(vector))
         self.vectors[text] = vector
         self._matrix = None
 
@@ -227,31 +197,5 @@ class EmbeddingRuntime(NodeRuntime):
         self.stats.wall_s += time.perf_counter() - started
         if not self.is_similarity:
             return vectors[0]
-        a, b = (_unit(v).astype(np.float64) for v in vectors)
+        a, b = (unit_vector(v).astype(np.float64) for v in vectors)
         return float(np.clip(np.dot(a, b), -1.0, 1.0))
-
-
-def _unit(vector: Sequence[float]) -> np.ndarray:
-    """The vector scaled to length 1 in float32 (a zero vector stays zero): the one way planned
-    and naive runs both normalise, so their cosines agree."""
-    row = np.asarray(vector, dtype=np.float32)
-    norm = np.linalg.norm(row)
-    return row / norm if norm > 0 else row
-
-
-def vectors_for(texts: Sequence[str], embeddings: EmbeddingSource, answering: Answering) -> np.ndarray:
-    """The embedding model's vectors of `texts` as a matrix (the result cache first, the rest
-    embedded in sorted chunks of the run's checkpoint_every, each committed): for callers other
-    than an embedding node (the approximate mode's proxy)."""
-    key = embedding_store_key(embeddings)
-    store, lock = answering.store, answering.lock
-    chunk = max(1, answering.options.checkpoint_every)
-    known = {t: a.value for t, a in store.get_many(key, list(texts), vector_check(embeddings)).items()}
-    todo = sorted(t for t in set(texts) if t not in known)
-    for start in range(0, len(todo), chunk):
-        part = todo[start : start + chunk]
-        with lock:
-            vectors, lengths = embeddings.embedder().embed(part)
-        store.put_many(key, {t: Answer(value=v, cost=n) for t, v, n in zip(part, vectors, lengths)})
-        known.update(zip(part, vectors))
-    return np.asarray([known[t] for t in texts], dtype=np.float32)

@@ -385,7 +385,7 @@ class NodeRuntime:
         of; the proxy the rest — a smaller LLM (aisql.executor.score_first) or the embedding
         model (aisql.executor.cascade). Proxy answers stay in this run."""
         from aisql.executor.cascade import run_cascade
-        from aisql.executor.embedding_runtime import vectors_for
+        from aisql.executor.embedding_vectors import vectors_for
 
         session = self.options.proxies
         choice = session.choose_proxy(targets.proxy) if session is not None else None
@@ -490,7 +490,7 @@ class ProxyScorer:
     answering path: its result cache key (its fingerprint), checkpoints and progress line."""
 
     def __init__(self, session, task: Task, node_id: str, description: str, options) -> None:
-        from aisql.executor.answering import RunOptions
+        from aisql.executor.answer_types import RunOptions
 
         self.session = session
         self.task = task

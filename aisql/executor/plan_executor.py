@@ -18,7 +18,8 @@ from aisql.executor import bound_calls
 from aisql.executor.answering import Answering
 from aisql.errors import AisqlError
 from aisql.executor.duckdb_errors import translate
-from aisql.executor.embedding_runtime import EmbeddingSource
+from aisql.executor.embedding_runtime import EmbeddingRuntime
+from aisql.executor.embedding_vectors import EmbeddingSource
 from aisql.executor.request_kinds import kind_of
 from aisql.executor.node_runtime import NodeRuntime
 from aisql.executor.run_stats import NodeStats
@@ -98,7 +99,10 @@ class Executor:
         return StatementResult(table, [r.stats for r in runtimes])
 
     def _runtime(self, node) -> NodeRuntime:
-        return kind_of(node.call.function.request).runtime(node, self.answering, self._embedding_source)
+        """The node at run time: the embedding model's for AI.EMBED / AI.SIMILARITY, else the LLM's."""
+        if kind_of(node.call.function.request).embedding:
+            return EmbeddingRuntime(node, self._embedding_source(), self.answering)
+        return NodeRuntime(node, self.answering)
 
     def _embedding_source(self) -> EmbeddingSource:
         if self.embeddings is None:

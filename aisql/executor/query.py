@@ -18,7 +18,7 @@ import pyarrow as pa
 from aisql.engine.model.calibrate import cpu_calibration
 from aisql.errors import AisqlError
 from aisql.executor import throughput
-from aisql.executor.answering import RunOptions
+from aisql.executor.answer_types import RunOptions
 from aisql.executor.budget import Budget, check_plan
 from aisql.executor.checkpoints import DEFAULT_SECONDS
 from aisql.executor.option_rules import check_run_options

@@ -1,7 +1,7 @@
 """The executor's one table of engine request kinds (aisql.functions.Request): how each is asked.
 
 A function names its kind; everything the executor does differently per kind is an entry here —
-the node at run time, how prepared prompts become engine requests and answers, whether prompts
+how prepared prompts become engine requests and answers, whether prompts
 carry labels, how many model steps a prompt takes (shard weights), whether the texts are groups
 to reduce, whether a worker pool can shard it. A new kind (say a listwise rerank) is one entry
 plus its functions; the planner's cost model has its own table (aisql.planner.cost.ESTIMATORS).
@@ -20,9 +20,7 @@ from aisql.executor.answer_store import Answer
 from aisql.functions import Request, Task
 
 if TYPE_CHECKING:
-    from aisql.executor.answering import Answering
     from aisql.executor.evaluate import Prepared
-    from aisql.executor.node_runtime import NodeRuntime
 
 RunPrepared = Callable[[Engine, Task, Sequence["Prepared"], bool], dict[str, Answer]]  # (engine, task, items, naive)
 
@@ -35,16 +33,6 @@ class RequestKind:
     groups: bool = False  # the texts are groups, reduced by map-reduce over GENERATE prompts (aisql.executor.aggregate)
     shards: bool = True  # a worker pool can cut its prompts into prefix-group shards
     embedding: bool = False  # answered by the embedding model (aisql.executor.embedding_runtime), not the LLM
-
-    def runtime(self, node, answering: "Answering", embeddings) -> "NodeRuntime":
-        """The node at run time for this kind."""
-        if self.embedding:
-            from aisql.executor.embedding_runtime import EmbeddingRuntime
-
-            return EmbeddingRuntime(node, embeddings(), answering)
-        from aisql.executor.node_runtime import NodeRuntime
-
-        return NodeRuntime(node, answering)
 
 
 def _score(engine: Engine, task: Task, items: Sequence["Prepared"], naive: bool) -> dict[str, Answer]:

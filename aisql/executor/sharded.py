@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from aisql.executor.answer_types import AnswerCounts
 from aisql.executor.answer_store import Answer
 from aisql.executor.cluster.engine import ClusterEngine
 from aisql.executor.cluster.shard_plan import Group, ShardCutter
@@ -20,16 +21,14 @@ from aisql.executor.evaluate import Prepared
 from aisql.functions import Task
 
 if TYPE_CHECKING:
-    from aisql.executor.answering import AnswerCounts, Answering
+    from aisql.executor.answering import Answering
 
 
 def evaluate_sharded(
     answering: "Answering", cluster: ClusterEngine, task: Task, items: Sequence[Prepared], *, key: str, known: dict[str, Answer], node_id: str
-) -> "AnswerCounts":
+) -> AnswerCounts:
     """Answers of `items` into `known` and the run's store; returns the counts (per worker too),
     which a budget stop carries."""
-    from aisql.executor.answering import AnswerCounts
-
     store, options, counts = answering.store, answering.options, AnswerCounts()
     groups = prefix_groups(items, task, cluster.workers, cluster.ledger)
     cutter = ShardCutter(groups, cluster.workers, options.checkpoint_every)
@@ -58,7 +57,7 @@ def evaluate_sharded(
     return counts
 
 
-def add_shard_counts(counts: "AnswerCounts", worker: str, prompts: int, result) -> None:
+def add_shard_counts(counts: AnswerCounts, worker: str, prompts: int, result) -> None:
     """One shard's answers in the node's per-worker counts (shards, prompts, tokens, busy s)."""
     mine = counts.workers.setdefault(worker, {"shards": 0, "prompts": 0, "computed_tokens": 0, "busy_s": 0.0})
     mine["shards"] += 1
@@ -113,7 +112,7 @@ class ShardBudget:
             self.budget.spend(prompts, seconds)
             self.reserved -= prompts
 
-    def raise_if_stopped(self, counts: "AnswerCounts") -> None:
+    def raise_if_stopped(self, counts: AnswerCounts) -> None:
         """The budget stopped the node with prompts left: the stop, carrying what was answered."""
         if self.stopped and self.cutter:
             stop = self.budget.stopped()

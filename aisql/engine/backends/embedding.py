@@ -14,7 +14,6 @@ tokenizer and weights by content) is part of every embedding's cache key.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import threading
 from dataclasses import dataclass
@@ -50,7 +49,8 @@ def resolve_embed_model(spec: str | None = None) -> EmbeddingModelRef:
 
 
 def _directory(name: str) -> Path:
-    from aisql.engine.model.loader import _hub_snapshot, written_as_path
+    from aisql.engine.model.hub import hub_snapshot
+    from aisql.engine.model.loader import written_as_path
 
     path = Path(name).expanduser()
     if path.is_dir():
@@ -69,7 +69,7 @@ def _directory(name: str) -> Path:
                 hint=f"{install_hint('embed')}: it ships all-MiniLM-L6-v2 for offline use; or pass --embed-model DIR",
             )
         return Path(found.origin).parent / "model"
-    return _hub_snapshot(name)  # a Hugging Face id: the local cache, else the Hub
+    return hub_snapshot(name)  # a Hugging Face id: the local cache, else the Hub
 
 
 def _dimension(directory: Path) -> int:

@@ -21,7 +21,7 @@ from typing import Sequence
 from aisql.extras import install_hint
 from aisql.engine.decoding.constrained import refuse_grammar
 from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelInfo, ScoreRequest, logsumexp
-from aisql.engine.model.loader import vllm_fingerprint
+from aisql.engine.model.fingerprint import vllm_fingerprint
 from aisql.engine.model.prompt_format import EncodesPrompts, PromptFormat
 from aisql.errors import ModelError
 
@@ -103,11 +103,11 @@ class VLLMEngine(EncodesPrompts):
         from aisql.engine.base import ModelFacts
         from aisql.engine.model.facts import cached_profile
 
-        from aisql.engine.model.loader import _hub_snapshot
+        from aisql.engine.model.hub import hub_snapshot
         from aisql.engine.model.numerics import DTYPES
 
         model = self.info.name[len("vllm:") :]
-        directory = model if Path(model).is_dir() else _hub_snapshot(model, weights=False)
+        directory = model if Path(model).is_dir() else hub_snapshot(model, weights=False)
         profile = cached_profile(directory, self.info.name, self.info.dtype if self.info.dtype in DTYPES else "bfloat16")
         return ModelFacts(format=self.format, profile=profile, encode_label=self.encode_label)
 

@@ -15,8 +15,12 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aisql.paths import cache_root, save_cache_file
+
+if TYPE_CHECKING:
+    from aisql.engine.model.loader import EngineOptions
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".model")
 _SHA256_NAME = re.compile(r"^[0-9a-f]{64}$")
@@ -85,3 +89,14 @@ def _load_memo() -> dict[str, str]:
 def _save_memo(memo: dict[str, str]) -> None:
     """Written to a temporary file and renamed: concurrent runs never see half a file."""
     save_cache_file(_memo_path(), json.dumps(memo))  # one that cannot be written only costs a re-hash
+
+
+def vllm_fingerprint(location: str, options: "EngineOptions") -> str:
+    """A local vLLM model is identified by content; a Hub id by name (vLLM resolves its revision)."""
+    from aisql.engine.model.numerics import cuda_available
+
+    path = Path(location).expanduser()
+    base = directory_fingerprint(path) if path.is_dir() else f"vllm:{location}"
+    device = "cuda" if cuda_available() else "cpu"
+    dtype = options.dtype if options.dtype != "auto" else ("float32" if device == "cpu" else "auto")
+    return base + numerics_suffix(device, dtype, options.quantize)

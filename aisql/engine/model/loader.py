@@ -14,21 +14,20 @@ from __future__ import annotations
 import os
 import re
 import sys
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from aisql.engine.base import Engine, ModelInfo
 from aisql.engine.model.fingerprint import directory_fingerprint, numerics_suffix
+from aisql.engine.model.hub import hub_snapshot
 from aisql.engine.model.model_files import check_model_directory, loader_failure
-from aisql.engine.model.numerics import available_host_memory, cuda_available, device_type, dtype_name
+from aisql.engine.model.fingerprint import vllm_fingerprint  # noqa: F401 - ResolvedModel.fingerprint's, and callers'
+from aisql.engine.model.numerics import available_host_memory, device_type, dtype_name
 from aisql.errors import ModelError
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 OFFLINE_MODEL = "smollm2"
-HUB_PROBE_TIMEOUT_S = 3.0
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
 
@@ -174,7 +173,7 @@ def load_model_facts(model: ResolvedModel, options: EngineOptions):
     if model.backend in ("gguf", "openai"):
         location = str(_local_tokenizer_directory(model))
     elif model.backend == "vllm" and not Path(model.location).is_dir():
-        location = str(_hub_snapshot(model.location, weights=False))
+        location = str(hub_snapshot(model.location, weights=False))
     return model_facts(location, model.name, _planning_dtype(options, device, model) if embedded else "bfloat16")
 
 
@@ -251,7 +250,7 @@ def _resolve(name: str, weights: bool = True) -> ResolvedModel:
             f"unknown model {name!r}",
             hint="use 'tiny', a Hugging Face id such as Qwen/Qwen3-0.6B, or a local model directory",
         )
-    snapshot = _hub_snapshot(name, weights)
+    snapshot = hub_snapshot(name, weights)
     check_model_directory(snapshot, name, weights=weights)
     return ResolvedModel(name, "hf", str(snapshot), f"huggingface {name}")
 
@@ -260,83 +259,6 @@ def written_as_path(name: str) -> bool:
     """Whether a model name is a file-system path (./m, /m, ~/m, a/b/c), never a Hub id (org/name):
     a missing one is "does not exist", not a Hub lookup."""
     return name.startswith((".", "/", "~")) or os.sep in name.strip("/").replace("/", "", 1)
-
-
-def _hub_snapshot(repo_id: str, weights: bool = True) -> Path:
-    """The local snapshot of a Hub model, downloading it if it is not cached and the Hub answers.
-
-    The local cache is read by its documented layout (refs/main -> snapshots/<commit>) without
-    importing huggingface_hub's download machinery; an unreachable Hub is remembered for an hour
-    (HUB_NEGATIVE_TTL_S), so an offline machine does not wait on a probe at every run."""
-    local = _cached_snapshot(repo_id, weights)
-    if local is not None:
-        return local
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        raise ModelError(f"{repo_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    if not _reachable_remembered(endpoint):
-        raise ModelError(f"{repo_id} is not in the local Hugging Face cache and {endpoint} is unreachable")
-    from huggingface_hub import snapshot_download
-
-    patterns = ["*.json", "*.model", "*.txt", "*.jinja", "*.tiktoken"] + (["*.safetensors"] if weights else [])
-    try:
-        return Path(snapshot_download(repo_id, allow_patterns=patterns))
-    except Exception as err:  # RepositoryNotFoundError, GatedRepoError, HTTP errors
-        raise ModelError(f"cannot download {repo_id} from {endpoint}: {type(err).__name__}: {_first_line(err)}") from None
-
-
-HUB_NEGATIVE_TTL_S = 3600.0
-
-
-def _cached_snapshot(repo_id: str, weights: bool) -> Path | None:
-    """The Hugging Face cache's snapshot of `repo_id` (its main revision, else the newest), if it
-    holds a configuration (and weights, when asked)."""
-    folder = _hub_cache() / ("models--" + repo_id.replace("/", "--"))
-    snapshots = folder / "snapshots"
-    if not snapshots.is_dir():
-        return None
-    candidates = []
-    ref = folder / "refs" / "main"
-    if ref.is_file():
-        candidates.append(snapshots / ref.read_text().strip())
-    candidates += sorted((p for p in snapshots.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
-    for snapshot in candidates:
-        if (snapshot / "config.json").exists() and (not weights or any(snapshot.glob("*.safetensors"))):
-            return snapshot
-    return None
-
-
-def _hub_cache() -> Path:
-    """Where huggingface_hub keeps models, read from the environment now (its constants are
-    fixed when it is first imported)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE)
-
-
-def _reachable_remembered(endpoint: str) -> bool:
-    """`_reachable`, with a negative answer remembered for HUB_NEGATIVE_TTL_S."""
-    import json
-    import time
-
-    from aisql.paths import cache_root, save_cache_file
-
-    memo = cache_root() / "hub-unreachable.json"
-    try:
-        seen = json.loads(memo.read_text())
-    except (OSError, ValueError):
-        seen = {}
-    if time.time() - float(seen.get(endpoint, 0)) < HUB_NEGATIVE_TTL_S:
-        return False
-    if _reachable(endpoint):
-        return True
-    seen[endpoint] = time.time()
-    save_cache_file(memo, json.dumps(seen))
-    return False
 
 
 def load_hf_directory(
@@ -498,27 +420,3 @@ def resolved_dtype_name(
     say = notify or (lambda line: print(line, file=sys.stderr))
     model_directory = directory()  # a GGUF file is converted (and refused if unreadable) before measuring
     return decide(identity, lambda dtype: calibration_trial(model_directory, dtype), say).dtype
-
-
-def vllm_fingerprint(location: str, options: EngineOptions) -> str:
-    """A local vLLM model is identified by content; a Hub id by name (vLLM resolves its revision)."""
-    path = Path(location).expanduser()
-    base = directory_fingerprint(path) if path.is_dir() else f"vllm:{location}"
-    device = "cuda" if cuda_available() else "cpu"
-    dtype = options.dtype if options.dtype != "auto" else ("float32" if device == "cpu" else "auto")
-    return base + numerics_suffix(device, dtype, options.quantize)
-
-
-def _reachable(endpoint: str) -> bool:
-    try:
-        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=HUB_PROBE_TIMEOUT_S)
-        return True
-    except urllib.error.HTTPError:
-        return True  # it answered
-    except Exception:
-        return False
-
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__

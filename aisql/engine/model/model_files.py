@@ -53,7 +53,7 @@ def read_json(path: Path, name: str, kind: type = dict):
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise ModelError(f"cannot read {path} of {name}: {_first_line(err)}") from None
+        raise ModelError(f"cannot read {path} of {name}: {first_line(err)}") from None
     try:
         value = json.loads(text)
     except ValueError as err:
@@ -68,9 +68,10 @@ def loader_failure(subject: str, location: object, err: BaseException) -> ModelE
     """The one-line error for a loader (transformers, tokenizers, sentence-transformers) that
     failed on files that passed the checks above: what was being loaded (`subject`, e.g. "the
     tokenizer of ./m"), from where, and the loader's own first line."""
-    return ModelError(f"cannot load {subject} from {location}: {type(err).__name__}: {_first_line(err)}")
+    return ModelError(f"cannot load {subject} from {location}: {type(err).__name__}: {first_line(err)}")
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """An exception's first non-empty line (its type's name when it has none): what a one-line error quotes."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return lines[0].rstrip(":") if lines else "no message"
+    return lines[0].rstrip(":") if lines else type(err).__name__

@@ -25,6 +25,7 @@ from itertools import chain, repeat
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from aisql.executor.answer_index import AnswerIndex, digest
+from aisql.executor.answer_types import AnswerCounts
 from aisql.executor.answer_store import AnswerColumns
 from aisql.executor.cluster.engine import ClusterEngine
 from aisql.executor.cluster.shard_plan import Group, ShardCutter
@@ -34,7 +35,7 @@ from aisql.executor.sharded import ShardBudget, add_shard_counts
 from aisql.functions import Task
 
 if TYPE_CHECKING:
-    from aisql.executor.answering import AnswerCounts, Answering
+    from aisql.executor.answering import Answering
 
 
 def answer_streamed(
@@ -47,12 +48,10 @@ def answer_streamed(
     node_id: str,
     index: AnswerIndex,
     on_answers: Callable[[AnswerColumns], None],
-) -> "AnswerCounts":
+) -> AnswerCounts:
     """Answers of every text the slices hold, into `index` and the store; the counts. `on_answers`
     sees each distinct text's answer once (cached or fresh): the node's confidence counts.
     `cluster` is asked for only when some text is not in the result cache (none: no worker starts)."""
-    from aisql.executor.answering import AnswerCounts
-
     store, options, counts = answering.store, answering.options, AnswerCounts()
     cutter = ShardCutter([], 1, options.checkpoint_every)  # its worker count is set once the pool is up
     budget = ShardBudget(options.budget, cutter)
