@@ -421,3 +421,34 @@ def test_explain_and_the_run_decide_streaming_alike_at_the_threshold(pooled, mon
     assert (decided[0] is not None) is sliced
     if sliced:
         assert decided[0] == distinct
+
+
+@pytest.mark.parametrize("hashed", [True, False])
+def test_the_two_admit_paths_agree_on_a_slice_of_new_texts(hashed):
+    """StreamedNode.admit takes a vectorised path when every text is new and once in the slice,
+    else a text-by-text one: on such a slice both leave the same texts waiting and fresh."""
+    from types import SimpleNamespace
+
+    from aisql.executor.answer_index import AnswerIndex, digest
+    from aisql.executor.answer_types import RunOptions
+    from aisql.executor.cluster.streaming import StreamedNode
+
+    groups = [
+        streamed_input.StreamedGroup(("a",), ["a x", "a y"], [2, 1], [11, 12] if hashed else None),
+        streamed_input.StreamedGroup(("b",), ["b z"], [5], [13] if hashed else None),
+    ]
+    flat = [digest(t) for g in groups for t in g.texts]
+    rows = [r for g in groups for r in g.rows]
+
+    def node():
+        answering = SimpleNamespace(store=None, options=RunOptions())
+        return StreamedNode(answering, None, iter(()), key="k", node_id="ai_1", index=AnswerIndex(), on_answers=lambda a: None)
+
+    vectorised, one_by_one = node(), node()
+    fresh_vectorised = vectorised.admit_all_new(groups, flat, rows, hashed)
+    fresh_each = one_by_one.admit_each(groups, flat, rows, one_by_one.index.entries(flat))
+    assert fresh_vectorised == fresh_each == dict(zip(flat, ["a x", "a y", "b z"]))
+    assert vectorised.waiting_rows == one_by_one.waiting_rows == dict(zip(flat, rows))
+    expected_tuples = dict(zip(flat, [[11], [12], [13]])) if hashed else {}
+    assert vectorised.waiting_tuples == expected_tuples
+    assert {k: v for k, v in one_by_one.waiting_tuples.items() if v} == expected_tuples

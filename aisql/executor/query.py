@@ -31,7 +31,7 @@ from aisql.executor.script import bind_script, call_notes, check_endpoints, has_
 from aisql.executor.selectivity_samples import SampleEvaluator
 from aisql.executor.session import ModelSession, ModelUsed
 from aisql.planner import PlanningContext, plan_statement
-from aisql.planner.hardware import hardware_profile
+from aisql.planner.hardware import Hardware, hardware_profile
 from aisql.sql.parameters import Parameters
 from aisql.sql.parse import explained_sql
 from aisql.sql.source import SourceText
@@ -107,15 +107,52 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
     source = SourceText(sql_text)
     statements = bind_script(source, request.dialect, request.params)
     check_endpoints(statements, session)
-    wants_price = any(v is not None for v in (request.hardware, request.price_per_hour, request.max_cost, request.max_prompts))
+    profile, budget = _pricing(request, session)
+    answering = session.answering(_run_options(request, session, budget))
+    executor = Executor(con, answering, naive=request.naive, embeddings=session)
+    samples = None if request.naive else SampleEvaluator(answering)
+    nodes = []
+    table = None
+    results: list[tuple[int, pa.Table]] = []
+    for number, bound in enumerate(statements, 1):
+        explained = _explained_with_ai(bound, request.dialect)
+        if explained is not None:  # EXPLAIN of a statement with AI calls: aisql's plan
+            table = pa.table({"plan": str(explain_script(con, session, explained, dialect=request.dialect)).splitlines()})
+            results.append((number, table))
+            continue
+        executor.check(bound, source)
+        stats = None
+        if bound.has_ai and not request.naive:
+            stats = MeasuredStatistics(con, session.facts, sampler=samples, embedding_model=session.embedding_model)
+        where = "the query" if len(statements) == 1 else f"statement {number}"
+        plan = _checked_plan(bound, stats, session, profile, budget, where)
+        result = executor.run(plan, bound, source, samples)
+        nodes.extend(result.nodes)
+        if result.table is not None:
+            table = result.table
+            if _returns_rows(bound.statement.ast):
+                results.append((number, table))
+    stats, used = _run_stats(session, request, statements, nodes, profile, started)
+    if results:
+        table = results[-1][1]  # the last query's rows, not a later CREATE's row count
+    return QueryResult(table=table, stats=stats, model=used, results=results)
+
+
+def _pricing(request: RunRequest, session: ModelSession) -> tuple[Hardware | None, Budget | None]:
+    """The hardware profile the run is costed at (when a price or a limit asks for one) and its
+    budget (when a limit is set)."""
     profile = None
-    if wants_price:
+    if any(v is not None for v in (request.hardware, request.price_per_hour, request.max_cost, request.max_prompts)):
         profile = hardware_profile(request.hardware or session.default_hardware(), request.price_per_hour, cpu_calibration)
         profile = throughput.calibrated(profile, throughput.measured_here(profile, session))
     budget = None
     if request.max_prompts is not None or request.max_cost is not None:
         budget = Budget(request.max_prompts, request.max_cost, price_per_hour=profile.price_per_hour if profile else 0.0)
-    options = RunOptions(
+    return profile, budget
+
+
+def _run_options(request: RunRequest, session: ModelSession, budget: Budget | None) -> RunOptions:
+    return RunOptions(
         checkpoint_every=request.checkpoint_every,
         checkpoint_seconds=request.checkpoint_seconds,
         on_overflow=request.on_overflow,
@@ -125,51 +162,45 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         embeddings=session,
         proxies=session,
     )
-    answering = session.answering(options)
-    executor = Executor(con, answering, naive=request.naive, embeddings=session)
-    samples = None if request.naive else SampleEvaluator(answering)
-    nodes = []
-    table = None
-    results: list[tuple[int, pa.Table]] = []
-    for number, bound in enumerate(statements, 1):
-        explained = explained_sql(bound.statement)
-        analyze = explained is not None and re.match(r"\s*ANALY[SZ]E\b", explained, re.IGNORECASE)
-        if analyze:
-            explained = explained[analyze.end() :]
-        if explained is not None and has_ai(explained, request.dialect):
-            # EXPLAIN of a statement with AI calls: aisql's plan (DuckDB's EXPLAIN cannot bind them).
-            if analyze:
-                raise AisqlError(
-                    "EXPLAIN ANALYZE of a statement with AI calls is not supported",
-                    hint="run it with `aisql run --stats-json stats.json` for what each AI node did",
-                )
-            text = str(explain_script(con, session, explained, dialect=request.dialect))
-            table = pa.table({"plan": text.splitlines()})
-            results.append((number, table))
-            continue
-        executor.check(bound, source)
-        stats = None
-        if bound.has_ai and not request.naive:
-            stats = MeasuredStatistics(con, session.facts, sampler=samples, embedding_model=session.embedding_model)
-        where = "the query" if len(statements) == 1 else f"statement {number}"
-        if stats is not None:
-            # First against an estimate that runs no model (not even selectivity samples),
-            # then against the sampled plan that will run.
-            with stats.sampling_paused():  # the checks too: nothing is paid before they pass
-                unsampled = plan_statement(bound, PlanningContext(stats))
-                if not streams_nodes(session):
-                    check_held_prompts(unsampled, stats)
-                if budget is not None:
-                    check_plan(unsampled, stats, session, profile, budget, where)
-        plan = plan_statement(bound, PlanningContext(stats))
-        if budget is not None and stats is not None:
-            check_plan(plan, stats, session, profile, budget, where)
-        result = executor.run(plan, bound, source, samples)
-        nodes.extend(result.nodes)
-        if result.table is not None:
-            table = result.table
-            if _returns_rows(bound.statement.ast):
-                results.append((number, table))
+
+
+def _explained_with_ai(bound, dialect: str | None) -> str | None:
+    """The statement an `EXPLAIN <statement with AI calls>` explains (DuckDB's EXPLAIN cannot
+    bind AI calls: aisql's plan answers it); None for any other statement."""
+    explained = explained_sql(bound.statement)
+    if explained is None:
+        return None
+    analyze = re.match(r"\s*ANALY[SZ]E\b", explained, re.IGNORECASE)
+    if analyze:
+        explained = explained[analyze.end() :]
+    if not has_ai(explained, dialect):
+        return None
+    if analyze:
+        raise AisqlError(
+            "EXPLAIN ANALYZE of a statement with AI calls is not supported",
+            hint="run it with `aisql run --stats-json stats.json` for what each AI node did",
+        )
+    return explained
+
+
+def _checked_plan(bound, stats: MeasuredStatistics | None, session: ModelSession, profile, budget: Budget | None, where: str):
+    """The statement's plan, checked before anything is paid: first against an estimate that
+    runs no model (not even selectivity samples), then against the sampled plan that will run."""
+    if stats is not None:
+        with stats.sampling_paused():  # the checks too: nothing is paid before they pass
+            unsampled = plan_statement(bound, PlanningContext(stats))
+            if not streams_nodes(session):
+                check_held_prompts(unsampled, stats)
+            if budget is not None:
+                check_plan(unsampled, stats, session, profile, budget, where)
+    plan = plan_statement(bound, PlanningContext(stats))
+    if budget is not None and stats is not None:
+        check_plan(plan, stats, session, profile, budget, where)
+    return plan
+
+
+def _run_stats(session: ModelSession, request: RunRequest, statements, nodes: list, profile, started: float):
+    """The run's statistics (and the model that answered), its speed remembered for estimates."""
     llm_nodes = [n for n in nodes if n.model_kind == "llm"]
     used = session.model_used() if nodes else None
     if used is not None and used.device is not None and session.pool is None:  # one engine's speed, not a pool's
@@ -189,9 +220,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
         kernels=used.kernels if used and llm_nodes else None,
         worker_pool=[w.to_dict() for w in session.pool.worker_stats()] if session.pool is not None else [],
     )
-    if results:
-        table = results[-1][1]  # the last query's rows, not a later CREATE's row count
-    return QueryResult(table=table, stats=stats, model=used, results=results)
+    return stats, used
 
 
 MAX_HELD_PROMPTS = 10_000_000  # distinct prompts of one node a planned run holds in memory

@@ -276,23 +276,15 @@ def load_hf_directory(
     file's is the file's); the fingerprint adds the numerics. `notify`: where to say that `--dtype
     auto` is measuring (once per model and CPU kind)."""
     import torch
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from aisql.engine.backends.hf import HFEngine
+    from aisql.engine.decoding.speculative import SpeculationConfig
 
     device = _device(options.device)
     identity = identity or directory_fingerprint(directory)
     dtype_named = resolved_dtype_name(options, device.type, identity, lambda: directory, is_test=is_test, notify=notify)
     dtype = getattr(torch, dtype_named)
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(directory)
-        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
-    except Exception as err:  # whatever transformers raises on files that passed check_model_directory
-        raise loader_failure(f"the weights or tokenizer of {name}", directory, err) from None
-    model.to(device)
+    tokenizer, model = _load_weights(directory, name, dtype, device)
     quantization = None
     if options.quantize:
         from aisql.engine.model.quantize import quantize_model
@@ -303,36 +295,25 @@ def load_hf_directory(
         from aisql.engine.model import linear_kernels
 
         kernels = linear_kernels.apply(model, dtype_named).describe()
-    config = model.config
-    max_context = int(getattr(config, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 4096))
-    notes = [n for n in (note, quantization and quantization.note) if n]
-    fingerprint = identity + numerics_suffix(device.type, dtype_named, options.quantize)
+    max_context = int(getattr(model.config, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 4096))
     info = ModelInfo(
         name=name,
         source=source,
         device=str(device),
         dtype=str(dtype).replace("torch.", ""),
         max_context=max_context,
-        fingerprint=fingerprint,
+        fingerprint=identity + numerics_suffix(device.type, dtype_named, options.quantize),
         is_test_model=is_test,
-        note="; ".join(notes) or None,
+        note="; ".join(n for n in (note, quantization and quantization.note) if n) or None,
         quantization=options.quantize,
         kernels=kernels,
     )
     on_cuda = device.type == "cuda"
-    from aisql.engine.decoding.speculative import SpeculationConfig
-
-    if device.type == "cpu":
-        from aisql.engine.threads import ThreadGovernor
-
-        threads = ThreadGovernor(options.threads)
-    else:
-        threads = None
     engine = HFEngine(
         model,
         tokenizer,
         info,
-        threads=threads,
+        threads=_thread_governor(options, device),
         max_batch_tokens=options.max_batch_tokens or (65536 if on_cuda else 16384),
         max_batch_size=options.max_batch_size or (256 if on_cuda else 64),
         kv_budget_bytes=options.kv_budget if options.kv_budget is not None else default_kv_budget(device),
@@ -347,6 +328,31 @@ def load_hf_directory(
 
         remember_profile(directory, info.dtype, engine.runner.profile)
     return engine
+
+
+def _load_weights(directory: Path, name: str, dtype, device):
+    """(tokenizer, model on `device`) from a model directory, transformers' failures as one line."""
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
+    except Exception as err:  # whatever transformers raises on files that passed check_model_directory
+        raise loader_failure(f"the weights or tokenizer of {name}", directory, err) from None
+    model.to(device)
+    return tokenizer, model
+
+
+def _thread_governor(options: EngineOptions, device):
+    """The CPU engine's thread count, following the load beside it (None off the CPU)."""
+    if device.type != "cpu":
+        return None
+    from aisql.engine.threads import ThreadGovernor
+
+    return ThreadGovernor(options.threads)
 
 
 def _tie_confirmation(directory: Path, name: str, options: EngineOptions, source: str, identity: str):

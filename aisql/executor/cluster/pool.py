@@ -296,78 +296,7 @@ class WorkerPool:
         whichever worker is free, run by the worker's `method` (run_shard: prepared prompts;
         run_texts: prompt texts the worker encodes) with `extra` arguments. `on_result(token, ShardResult, worker name)` runs here, on
         the driver, once per shard; `put_back(token)` requeues the shard of a dead worker."""
-        ray = self._ray
-        exceptions = ray.exceptions
-        in_flight: dict[Any, _InFlight] = {}
-        deaths: dict[int, int] = {}
-
-        def dispatch(slot: _Slot) -> None:
-            shard = next_shard(slot.stats.name)
-            if shard is None:
-                return
-            token, items = shard
-            slot.busy = True
-            ref = getattr(slot.handle, method).remote(task, list(items), *extra)
-            in_flight[ref] = _InFlight(slot, token, items)
-            if self.on_dispatch is not None:
-                self.on_dispatch(slot.stats.name, slot.handle, len(items))
-
-        def dispatch_idle() -> None:
-            for slot in self.slots:
-                if slot.alive and not slot.busy:
-                    dispatch(slot)
-
-        def join(slot: _Slot) -> None:
-            try:
-                info = ray.get(slot.starting)
-            except exceptions.RayActorError:  # the replacement could not load its model either
-                self._died(slot)
-                return
-            self._joined(slot, info)
-
-        def starting() -> list[_Slot]:
-            return [s for s in self.slots if s.starting is not None]
-
-        if starting():  # replacements that finished loading since the last call join now
-            ready, _ = ray.wait([s.starting for s in starting()], num_returns=len(starting()), timeout=0)
-            for slot in [s for s in starting() if s.starting in ready]:
-                join(slot)
-        dispatch_idle()
-        # Replacements still loading are waited for only while no worker is alive: otherwise
-        # they join when ready (this call or the next), and the query does not wait for them.
-        while in_flight or (starting() and not any(s.alive for s in self.slots)):
-            waiting = list(in_flight) + [s.starting for s in starting()]
-            (ref,), _ = ray.wait(waiting, num_returns=1)
-            flight = in_flight.pop(ref, None)
-            if flight is None:  # a replacement worker finished loading
-                join(next(s for s in starting() if s.starting == ref))
-                dispatch_idle()
-                continue
-            slot = flight.slot
-            slot.busy = False
-            try:
-                result = ray.get(ref)
-            except exceptions.RayActorError:
-                key = id(flight.token)
-                deaths[key] = deaths.get(key, 0) + 1
-                if deaths[key] >= MAX_SHARD_DEATHS:
-                    raise ModelError(
-                        f"a shard of {len(flight.items)} prompts killed {deaths[key]} workers in a row: stopped "
-                        "(every answer received before is stored)",
-                        hint="look at the workers' logs (out of memory?); a smaller --checkpoint-every makes smaller shards",
-                    ) from None
-                put_back(flight.token)
-                self._died(slot)
-                dispatch_idle()
-                continue
-            except exceptions.RayTaskError as err:
-                raise _cause(err) from None
-            on_result(flight.token, result, slot.stats.name)
-            dispatch(slot)
-        leftover = next_shard("")
-        if leftover is not None:
-            put_back(leftover[0])
-            raise ModelError("every worker died and none could be restarted: the query stopped (answers received so far are stored)")
+        _ShardRun(self, task, next_shard, put_back, on_result, method, extra).run()
 
     def _died(self, slot: _Slot) -> None:
         slot.alive = False
@@ -475,3 +404,90 @@ def _worker_logs_to_stderr() -> bool:
     to_stderr._aisql_to_stderr = True  # type: ignore[attr-defined]
     ray_worker.print_to_stdstream = to_stderr
     return True
+
+
+class _ShardRun:
+    """One run_shards call: the shards in flight (by Ray reference), the deaths each shard
+    caused, and dispatching to whichever worker is free, on the driver."""
+
+    def __init__(self, pool: "WorkerPool", task, next_shard, put_back, on_result, method: str, extra: tuple) -> None:
+        self.pool, self.task, self.method, self.extra = pool, task, method, extra
+        self.next_shard, self.put_back, self.on_result = next_shard, put_back, on_result
+        self.ray = pool._ray
+        self.in_flight: dict[Any, _InFlight] = {}
+        self.deaths: dict[int, int] = {}
+
+    def run(self) -> None:
+        ray, pool = self.ray, self.pool
+        if self.starting():  # replacements that finished loading since the last call join now
+            ready, _ = ray.wait([s.starting for s in self.starting()], num_returns=len(self.starting()), timeout=0)
+            for slot in [s for s in self.starting() if s.starting in ready]:
+                self.join(slot)
+        self.dispatch_idle()
+        # Replacements still loading are waited for only while no worker is alive: otherwise
+        # they join when ready (this call or the next), and the query does not wait for them.
+        while self.in_flight or (self.starting() and not any(s.alive for s in pool.slots)):
+            waiting = list(self.in_flight) + [s.starting for s in self.starting()]
+            (ref,), _ = ray.wait(waiting, num_returns=1)
+            flight = self.in_flight.pop(ref, None)
+            if flight is None:  # a replacement worker finished loading
+                self.join(next(s for s in self.starting() if s.starting == ref))
+                self.dispatch_idle()
+                continue
+            slot = flight.slot
+            slot.busy = False
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayActorError:
+                self.lost(flight)
+                continue
+            except ray.exceptions.RayTaskError as err:
+                raise _cause(err) from None
+            self.on_result(flight.token, result, slot.stats.name)
+            self.dispatch(slot)
+        leftover = self.next_shard("")
+        if leftover is not None:
+            self.put_back(leftover[0])
+            raise ModelError("every worker died and none could be restarted: the query stopped (answers received so far are stored)")
+
+    def lost(self, flight: "_InFlight") -> None:
+        """A worker died running a shard: the shard is queued again, unless it has killed
+        MAX_SHARD_DEATHS workers in a row (then the query stops)."""
+        key = id(flight.token)
+        self.deaths[key] = self.deaths.get(key, 0) + 1
+        if self.deaths[key] >= MAX_SHARD_DEATHS:
+            raise ModelError(
+                f"a shard of {len(flight.items)} prompts killed {self.deaths[key]} workers in a row: stopped "
+                "(every answer received before is stored)",
+                hint="look at the workers' logs (out of memory?); a smaller --checkpoint-every makes smaller shards",
+            ) from None
+        self.put_back(flight.token)
+        self.pool._died(flight.slot)
+        self.dispatch_idle()
+
+    def dispatch(self, slot: "_Slot") -> None:
+        shard = self.next_shard(slot.stats.name)
+        if shard is None:
+            return
+        token, items = shard
+        slot.busy = True
+        ref = getattr(slot.handle, self.method).remote(self.task, list(items), *self.extra)
+        self.in_flight[ref] = _InFlight(slot, token, items)
+        if self.pool.on_dispatch is not None:
+            self.pool.on_dispatch(slot.stats.name, slot.handle, len(items))
+
+    def dispatch_idle(self) -> None:
+        for slot in self.pool.slots:
+            if slot.alive and not slot.busy:
+                self.dispatch(slot)
+
+    def join(self, slot: "_Slot") -> None:
+        try:
+            info = self.ray.get(slot.starting)
+        except self.ray.exceptions.RayActorError:  # the replacement could not load its model either
+            self.pool._died(slot)
+            return
+        self.pool._joined(slot, info)
+
+    def starting(self) -> list["_Slot"]:
+        return [s for s in self.pool.slots if s.starting is not None]

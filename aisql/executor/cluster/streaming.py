@@ -52,28 +52,82 @@ def answer_streamed(
     """Answers of every text the slices hold, into `index` and the store; the counts. `on_answers`
     sees each distinct text's answer once (cached or fresh): the node's confidence counts.
     `cluster` is asked for only when some text is not in the result cache (none: no worker starts)."""
-    store, options, counts = answering.store, answering.options, AnswerCounts()
-    cutter = ShardCutter([], 1, options.checkpoint_every)  # its worker count is set once the pool is up
-    budget = ShardBudget(options.budget, cutter)
-    waiting_rows: dict[bytes, int] = {}  # texts queued or in flight -> their input rows (logical tokens when answered)
-    waiting_tuples: dict[bytes, list[int]] = {}  # texts queued or in flight -> their tuples' hashes (the final query's keys)
-    exhausted = False
+    return StreamedNode(answering, task, slices, key=key, node_id=node_id, index=index, on_answers=on_answers).run(cluster)
 
-    def record(keys: list[bytes], answers: AnswerColumns) -> None:
+
+class StreamedNode:
+    """One node's streamed answering: its queue of prefix groups (`cutter`), the texts waiting
+    for answers (queued or in flight, with their rows and tuple hashes), its counts. Slices are
+    admitted as the pool asks for work (`next_shard`), shards' answers recorded as they return
+    (`on_result`, the checkpoint)."""
+
+    def __init__(
+        self,
+        answering: "Answering",
+        task: Task,
+        slices: Iterator[list[StreamedGroup]],
+        *,
+        key: str,
+        node_id: str,
+        index: AnswerIndex,
+        on_answers: Callable[[AnswerColumns], None],
+    ) -> None:
+        self.store, self.options = answering.store, answering.options
+        self.task, self.slices, self.key, self.node_id = task, slices, key, node_id
+        self.index, self.on_answers = index, on_answers
+        self.counts = AnswerCounts()
+        self.cutter = ShardCutter([], 1, self.options.checkpoint_every)  # its worker count is set once the pool is up
+        self.budget = ShardBudget(self.options.budget, self.cutter)
+        self.waiting_rows: dict[bytes, int] = {}  # texts queued or in flight -> their input rows (logical tokens when answered)
+        self.waiting_tuples: dict[bytes, list[int]] = {}  # texts queued or in flight -> their tuples' hashes (the final query's keys)
+        self.exhausted = False
+        self.cache = None  # the node's store process, while it runs
+        self.engine: ClusterEngine | None = None  # the pool, once some text needs the model
+
+    def run(self, cluster: Callable[[], ClusterEngine]) -> AnswerCounts:
+        self.cache = open_store_process(self.store, self.key, self.task)
+        with _collections_skip_what_exists():
+            try:
+                self.fill()
+                if self.cutter:  # else every answer was in the result cache (or in this node already): no worker starts
+                    self.engine = cluster()
+                    self.cutter.workers = self.engine.workers
+                    self.engine.pool.run_shards(
+                        self.task, self.next_shard, self.budget.put_back, self.on_result, method="run_texts", extra=(self.options.on_overflow,)
+                    )
+            except BaseException:
+                with contextlib.suppress(Exception):  # the error that stopped the node is the one to tell
+                    self.store.committed += self.cache.close()  # every answer received is committed before the node stops
+                raise
+            self.store.committed += self.cache.close()  # ... or ends
+        if self.budget.stopped and (self.cutter or _has_more(self.slices)):
+            stop = self.options.budget.stopped()
+            stop.counts = self.counts
+            raise stop
+        return self.counts
+
+    def record(self, keys: list[bytes], answers: AnswerColumns) -> None:
         """Answers that arrived (from the cache or a worker): kept for the final query (by text
         and by the tuples waiting on them), their rows' logical tokens counted, each seen once
         by on_answers. Per answer only C-level loops (map, zip): millions of them a node."""
         costs = answers.costs
-        codes = index.add_new(keys, answers.values, costs)  # each text is asked once
-        counts.logical_tokens += sum(map(operator.mul, map(waiting_rows.pop, keys), costs))
-        tuples = list(map(waiting_tuples.pop, keys, repeat((), len(keys))))
+        codes = self.index.add_new(keys, answers.values, costs)  # each text is asked once
+        self.counts.logical_tokens += sum(map(operator.mul, map(self.waiting_rows.pop, keys), costs))
+        tuples = list(map(self.waiting_tuples.pop, keys, repeat((), len(keys))))
         if all(len(t) == 1 for t in tuples):  # a tuple per text: the usual case
-            index.add_tuples([t[0] for t in tuples], codes)
+            self.index.add_tuples([t[0] for t in tuples], codes)
         else:
-            index.add_tuples(list(chain.from_iterable(tuples)), [c for c, t in zip(codes, tuples) for _ in t])
-        on_answers(answers)
+            self.index.add_tuples(list(chain.from_iterable(tuples)), [c for c, t in zip(codes, tuples) for _ in t])
+        self.on_answers(answers)
 
-    def admit_each(groups: list[StreamedGroup], flat: list[bytes], rows: list[int], entries: list) -> dict[bytes, str]:
+    def admit_all_new(self, groups: list[StreamedGroup], flat: list[bytes], rows: list[int], hashed: bool) -> dict[bytes, str]:
+        """admit's path when every text of the slice is new to the node and once in the slice (the
+        usual case): waiting, with no loop in Python; the fresh texts by digest."""
+        self.waiting_rows.update(zip(flat, rows))
+        self.waiting_tuples.update(zip(flat, ([h] for g in groups for h in g.hashes)) if hashed else ())
+        return dict(zip(flat, (t for g in groups for t in g.texts)))
+
+    def admit_each(self, groups: list[StreamedGroup], flat: list[bytes], rows: list[int], entries: list) -> dict[bytes, str]:
         """admit's text-by-text path (a text answered or queued before, or twice in the slice):
         the fresh texts by digest."""
         fresh: dict[bytes, str] = {}
@@ -83,54 +137,51 @@ def answer_streamed(
         hashes = (h for g in groups for h in (g.hashes or [None] * len(g.texts)))
         for text, k, count, tuple_hash, entry in zip(texts, flat, rows, hashes, entries):
             if entry is not None:
-                counts.logical_tokens += count * entry[1]
+                self.counts.logical_tokens += count * entry[1]
                 if tuple_hash is not None:
                     known_hashes.append(tuple_hash)
                     known_codes.append(entry[0])
                 continue
-            if k in waiting_rows:
-                waiting_rows[k] += count
+            if k in self.waiting_rows:
+                self.waiting_rows[k] += count
             else:
-                waiting_rows[k] = count
-                waiting_tuples[k] = []
+                self.waiting_rows[k] = count
+                self.waiting_tuples[k] = []
                 fresh[k] = text
             if tuple_hash is not None:
-                waiting_tuples[k].append(tuple_hash)
-        index.add_tuples(known_hashes, known_codes)
+                self.waiting_tuples[k].append(tuple_hash)
+        self.index.add_tuples(known_hashes, known_codes)
         return fresh
 
-    def admit(groups: list[StreamedGroup]) -> None:
+    def admit(self, groups: list[StreamedGroup]) -> None:
         """One slice: counted, looked up (this node, then the result cache), the rest queued."""
         keys = [list(map(digest, g.texts)) for g in groups]
         flat = [k for ks in keys for k in ks]
         rows = [r for g in groups for r in g.rows]
-        counts.prompts_total += sum(rows)
+        self.counts.prompts_total += sum(rows)
         hashed = all(g.hashes is not None for g in groups)
         if not hashed:  # tuples not read with their hashes: the final query renders
-            index.tuples_collided = True
-        entries = index.entries(flat)
-        all_new = not any(entries) and len(set(flat)) == len(flat) and waiting_rows.keys().isdisjoint(flat)
-        if all_new:
-            # every text new to the node and once in the slice (the usual case): no loop in Python
-            waiting_rows.update(zip(flat, rows))
-            waiting_tuples.update(zip(flat, ([h] for g in groups for h in g.hashes)) if hashed else ())
-            fresh = dict(zip(flat, (t for g in groups for t in g.texts)))
-        else:
-            fresh = admit_each(groups, flat, rows, entries)
-        counts.prompts_unique += len(fresh)
+            self.index.tuples_collided = True
+        entries = self.index.entries(flat)
+        all_new = not any(entries) and len(set(flat)) == len(flat) and self.waiting_rows.keys().isdisjoint(flat)
+        fresh = self.admit_all_new(groups, flat, rows, hashed) if all_new else self.admit_each(groups, flat, rows, entries)
+        self.counts.prompts_unique += len(fresh)
         fresh_keys, fresh_texts = list(fresh), list(fresh.values())
-        first_id, cached = cache.lookup(fresh_texts)  # by position; the others are known to the cache by first_id + position
+        first_id, cached = self.cache.lookup(fresh_texts)  # by position; the others are known to the cache by first_id + position
         if cached:
-            record([fresh_keys[i] for i in cached], AnswerColumns.of(list(cached.values())))
-            counts.prompts_cached += len(cached)
-            options.progress.advance(node_id, len(cached), 0)
+            self.record([fresh_keys[i] for i in cached], AnswerColumns.of(list(cached.values())))
+            self.counts.prompts_cached += len(cached)
+            self.options.progress.advance(self.node_id, len(cached), 0)
         if all_new and not cached:  # each group's texts are queued as they are, ids in slice order
             for group, group_keys in zip(groups, keys):
                 ids = range(first_id, first_id + len(group_keys))
                 first_id += len(group_keys)
-                cutter.add(Group(group.weight, len(group_keys), list(zip(group.texts, group_keys, ids))))
+                self.cutter.add(Group(group.weight, len(group_keys), list(zip(group.texts, group_keys, ids))))
             return
-        queued = {k: (text, k, first_id + i) for i, (k, text) in enumerate(zip(fresh_keys, fresh_texts)) if i not in cached}
+        self._queue(groups, keys, {k: (text, k, first_id + i) for i, (k, text) in enumerate(zip(fresh_keys, fresh_texts)) if i not in cached})
+
+    def _queue(self, groups: list[StreamedGroup], keys: list[list[bytes]], queued: dict[bytes, tuple]) -> None:
+        """The slice's texts not answered from the cache, queued by group, each text once."""
         for group, group_keys in zip(groups, keys):
             payload = []
             for k in group_keys:
@@ -138,53 +189,34 @@ def answer_streamed(
                 if item is not None:
                     payload.append(item)
             if payload:
-                cutter.add(Group(group.weight * len(payload) / len(group.texts), len(payload), payload))
+                self.cutter.add(Group(group.weight * len(payload) / len(group.texts), len(payload), payload))
 
-    def fill() -> None:
+    def fill(self) -> None:
         """Read slices until some prompt is queued or the input is done."""
-        nonlocal exhausted
-        while not cutter and not exhausted:
+        while not self.cutter and not self.exhausted:
             try:
-                admit(next(slices))
+                self.admit(next(self.slices))
             except StopIteration:
-                exhausted = True
+                self.exhausted = True
 
-    def next_shard(worker: str):
-        fill()
-        shard = budget.next(worker)
+    def next_shard(self, worker: str):
+        self.fill()
+        shard = self.budget.next(worker)
         return None if shard is None else (shard, [item[0] for group in shard for item in group.payload])
 
-    def on_result(shard, result, worker: str) -> None:
+    def on_result(self, shard, result, worker: str) -> None:
         answers: AnswerColumns = result.answers
         items = [item for group in shard for item in group.payload]  # (text, digest, cache id)
-        cache.put([i for _, _, i in items], answers)  # the checkpoint: committed by the store process, even if this one dies
-        record([k for _, k, _ in items], answers)
+        self.cache.put([i for _, _, i in items], answers)  # the checkpoint: committed by the store process, even if this one dies
+        self.record([k for _, k, _ in items], answers)
+        counts = self.counts
         counts.prompts_evaluated += len(answers)
         counts.prompts_truncated += result.truncated
         counts.work = counts.work + result.work
-        engine.absorb(result.work)
-        budget.spent(len(answers), result.busy_s)
+        self.engine.absorb(result.work)
+        self.budget.spent(len(answers), result.busy_s)
         add_shard_counts(counts, worker, len(answers), result)
-        options.progress.advance(node_id, len(answers), result.work.computed_tokens)
-
-    cache = open_store_process(store, key, task)
-    with _collections_skip_what_exists():
-        try:
-            fill()
-            if cutter:  # else every answer was in the result cache (or in this node already): no worker starts
-                engine = cluster()
-                cutter.workers = engine.workers
-                engine.pool.run_shards(task, next_shard, budget.put_back, on_result, method="run_texts", extra=(options.on_overflow,))
-        except BaseException:
-            with contextlib.suppress(Exception):  # the error that stopped the node is the one to tell
-                store.committed += cache.close()  # every answer received is committed before the node stops
-            raise
-        store.committed += cache.close()  # ... or ends
-    if budget.stopped and (cutter or _has_more(slices)):
-        stop = options.budget.stopped()
-        stop.counts = counts
-        raise stop
-    return counts
+        self.options.progress.advance(self.node_id, len(answers), result.work.computed_tokens)
 
 
 @contextlib.contextmanager
