@@ -110,3 +110,55 @@ def test_a_build_abandoned_by_a_killed_process_is_swept(tmp_path):
     build_directory_once(target, lambda staging: (staging / "config.json").write_text("{}"), "build")
     assert (target / "config.json").exists()
     assert not abandoned.exists() and live.exists()
+
+
+def test_explain_reads_a_gguf_header_and_converts_nothing(tmp_path, tiny_gguf, monkeypatch):
+    """explain is run before paying: its facts of a GGUF model come from the header (was: the whole
+    file converted first — 119 s and ~5 GB for Qwen2.5-Coder-0.5B)."""
+    from aisql.engine.model import gguf as gguf_module
+    from aisql.engine.model.facts import model_facts
+    from aisql.engine.model.gguf_facts import gguf_model_facts
+    from aisql.engine.model.loader import load_model_facts
+
+    copy = tmp_path / "fresh.gguf"  # never converted in this test's cache dir
+    copy.write_bytes(tiny_gguf.read_bytes())
+    monkeypatch.setenv("AISQL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(gguf_module, "convert", lambda *a, **k: pytest.fail("explain converted the GGUF file"))
+    facts = load_model_facts(resolve_model(str(copy)), EngineOptions(dtype="float32"))
+    assert not (tmp_path / "cache" / "models").exists()
+
+    # the same ids, labels, end of answer and shape as the source model's own files
+    source = model_facts(tiny_model_dir(), "tiny", "float32")
+    texts = ["hello world", "Is the tea hot? {x} ünï"]
+    assert facts.format.encode_prompts("Answer.", texts) == source.format.encode_prompts("Answer.", texts)
+    assert [facts.encode_label(label) for label in ("Yes", "No", "10")] == [source.encode_label(label) for label in ("Yes", "No", "10")]
+    assert facts.format.end_of_answer == source.format.end_of_answer is not None
+    mine, theirs = facts.profile, source.profile
+    assert (mine.layers, mine.attention_width, mine.kv_bytes_per_token, mine.max_context) == (
+        theirs.layers, theirs.attention_width, theirs.kv_bytes_per_token, theirs.max_context)
+    assert abs(mine.params - theirs.params) <= 0.01 * theirs.params
+    assert gguf_model_facts(copy, mine.name, "float32").profile == mine  # a second read: the kept profile
+
+
+@pytest.mark.slow
+def test_the_load_time_kept_for_explain_leaves_the_conversion_out(tmp_path, tiny_gguf, monkeypatch):
+    """A first run's GGUF conversion is paid once; explain's "model load" figure is what every
+    run pays (was: 66 s remembered for a 4 s load, the conversion included)."""
+    from aisql.engine.model import gguf as gguf_module
+    from aisql.executor import session as session_module
+    from aisql.executor.session import ModelSession
+
+    monkeypatch.setenv("AISQL_CACHE_DIR", str(tmp_path / "cache"))
+    clock = [0.0]
+    real_convert = gguf_module.convert
+
+    def slow_convert(path, notify=None):
+        if not (gguf_module.converted_directory(path) / "config.json").exists():
+            clock[0] += 100.0  # a conversion "takes" 100 s of the clock the session reads
+        return real_convert(path, notify)
+
+    monkeypatch.setattr(gguf_module, "convert", slow_convert)
+    monkeypatch.setattr(session_module.time, "perf_counter", lambda: clock[0])
+    session = ModelSession(model=str(tiny_gguf), cache=False, warn=lambda message: None)
+    session.engine
+    assert clock[0] == 100.0 and session.load_s is not None and session.load_s < 100.0

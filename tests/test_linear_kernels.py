@@ -86,3 +86,17 @@ def test_an_engine_on_either_kernel_gives_the_same_answers(monkeypatch):
     for a, b in zip(scores["default"], scores["onednn"]):
         assert a.best == b.best
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+
+
+def test_a_packed_model_keeps_its_size_and_flops():
+    """Packed weights are buffers, not parameters: the engine's profile (FLOPs, explain's
+    estimates) once counted a packed Qwen-0.5B as 43,904 decoder weights — its norms."""
+    from transformers import AutoModelForCausalLM
+
+    from aisql.engine.model.profile import model_profile
+    from aisql.engine.model.tiny import tiny_model_dir
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir())
+    before = model_profile(model, "tiny")
+    assert linear_kernels.pack_linears(model) > 0
+    assert model_profile(model, "tiny") == before

@@ -20,7 +20,7 @@ from aisql.errors import ModelError
 from aisql.engine.model.prompt_format import EncodesPrompts, PromptFormat
 from aisql.paths import cache_root, save_cache_file
 
-PROFILE_VERSION = 2  # 2: the context length (max_context) is part of the profile
+PROFILE_VERSION = 3  # 2: the context length (max_context) is part of the profile; 3: weights of oneDNN-packed layers counted
 
 
 def load_tokenizer(directory: str | os.PathLike):

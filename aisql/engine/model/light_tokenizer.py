@@ -54,6 +54,13 @@ class LightTokenizer:
             self._tokenizer.encode_special_tokens = False
 
     @property
+    def eos_token_id(self) -> int | None:
+        """As transformers' tokenizer has it: the end token's id (labels that begin one another end
+        with it, aisql.engine.model.prompt_format.encode_labels — explain must count it too)."""
+        eos = self.special_tokens.get("eos_token")
+        return None if eos is None else self._tokenizer.token_to_id(eos)
+
+    @property
     def added_tokens_decoder(self) -> dict:
         return self._tokenizer.get_added_tokens_decoder()
 

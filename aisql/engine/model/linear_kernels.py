@@ -57,6 +57,9 @@ class PackedLinear:
             def __init__(self, source: nn.Linear) -> None:
                 super().__init__()
                 self.in_features, self.out_features = source.in_features, source.out_features
+                # the weights it multiplies, as parameters counted them (buffers are not parameters:
+                # aisql.engine.model.profile adds these, or a packed model's FLOPs drop to its norms')
+                self.replaced_parameters = source.weight.numel() + (source.bias.numel() if source.bias is not None else 0)
                 weight = source.weight.detach()
                 self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight, 256), persistent=False)
                 bias = source.bias.detach() if source.bias is not None else None

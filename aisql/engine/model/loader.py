@@ -169,23 +169,35 @@ def load_model_facts(model: ResolvedModel, options: EngineOptions):
 
     embedded = model.backend in ("hf", "gguf")
     device = device_type(options.device) if embedded else "cuda"
+    dtype = _planning_dtype(options, device, model) if embedded else "bfloat16"
     location = model.location
-    if model.backend in ("gguf", "openai"):
-        location = str(_local_tokenizer_directory(model))
+    if model.backend in ("gguf", "openai") and _is_gguf(Path(location)):
+        from aisql.engine.model.gguf import converted_directory
+
+        converted = converted_directory(Path(location))
+        if not (converted / "config.json").exists():  # read from the header: explain converts nothing
+            from aisql.engine.model.gguf_facts import gguf_model_facts
+
+            return gguf_model_facts(Path(location), model.name, dtype)
+        location = str(converted)
     elif model.backend == "vllm" and not Path(model.location).is_dir():
         location = str(hub_snapshot(model.location, weights=False))
-    return model_facts(location, model.name, _planning_dtype(options, device, model) if embedded else "bfloat16")
+    return model_facts(location, model.name, dtype)
 
 
 def _local_tokenizer_directory(model: ResolvedModel, notify: Callable[[str], None] | None = None) -> Path:
     """The directory whose tokenizer and configuration encode this model's prompts here: a GGUF
     file's converted directory (converted once, kept in the cache dir), else the model's own."""
     location = Path(model.location)
-    if location.is_file() and location.suffix.lower() == ".gguf":
+    if _is_gguf(location):
         from aisql.engine.model.gguf import convert
 
         return convert(location, notify)
     return location
+
+
+def _is_gguf(location: Path) -> bool:
+    return location.is_file() and location.suffix.lower() == ".gguf"
 
 
 def _planning_dtype(options: EngineOptions, device: str, model: ResolvedModel) -> str:
