@@ -24,6 +24,7 @@ import os
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,7 +33,7 @@ import pyarrow as pa
 
 from aisql import functions as registry
 from aisql.engine.base import Engine
-from aisql.errors import AisqlError
+from aisql.errors import AisqlError, AisqlWarning
 from aisql.executor.answer_types import RunOptions
 from aisql.executor.answer_store import Answer, AnswerStore
 from aisql.executor.bound_calls import with_arity
@@ -67,6 +68,7 @@ class DuckDBFunctions:
         self._templates: dict[str, Template] = {}
         self._caster = duckdb.connect()  # DuckDB's own CAST(... AS VARCHAR), as the planner renders values
         self._caster_lock = threading.Lock()
+        self._warned: set[str] = set()  # functions whose little-signal warning was said
 
     # ---- the functions DuckDB calls (one vector of non-NULL rows each) ---------------------
     def answer(self, function: AIFunction, prompts: pa.Array, *option_columns: pa.Array) -> pa.Array:
@@ -110,7 +112,38 @@ class DuckDBFunctions:
         prefix order, committed in checkpoints. DuckDB may call from several threads at once; the
         engine runs one call at a time anyway, so one vector is answered at a time (exact counts)."""
         with self.session.lock:
-            return self._answer_vector(function, rows)
+            answers = self._answer_vector(function, rows)
+            self._warn_once(function)
+        return answers
+
+    def _warn_once(self, function: str) -> None:
+        """A function whose answers carry little signal (aisql.executor.signals) says so through
+        Python's `warnings` once per registration: no end-of-query event reaches a DuckDB
+        function, so the warning comes with the vector that crossed the line."""
+        if function in self._warned:
+            return
+        from aisql.executor.signals import warnings_of
+
+        said = warnings_of([self.stats[function]])
+        if said:
+            self._warned.add(function)
+            warnings.warn(said[0], AisqlWarning, stacklevel=2)
+
+    def summary(self) -> str:
+        """Per function used: rows, prompts and what the answers say about themselves (the lines
+        `aisql run` prints), one per line."""
+        from aisql.executor.signals import quality_lines
+
+        lines = []
+        for name, stats in self.stats.items():
+            if not stats.rows_in:
+                continue
+            lines.append(
+                f"{name}: {stats.rows_in:,} rows, {stats.prompts_unique:,} distinct prompts, {stats.prompts_cached:,} from the result cache, "
+                f"{stats.prompts_evaluated:,} asked the model"
+            )
+            lines += [("warning: " if line.warning else "") + line.text for line in quality_lines([stats])]
+        return "\n".join(lines) or "no AI function was called"
 
     def _answer_vector(self, function: str, rows: Sequence[tuple[Task, str]]) -> list[Any]:
         started = time.perf_counter()
@@ -134,14 +167,16 @@ class DuckDBFunctions:
 
     def _count_signal(self, stats: NodeStats, task: Task, key: str, answers: dict[str, Answer], texts) -> None:
         """Each distinct answer's signal once (aisql.executor.signals reads it at the end)."""
-        if not task.function.decides:
-            return
         counted = self._signal_counted.setdefault(key, set())
+        decides = task.function.decides
         for text in texts:
             if text not in counted:
                 counted.add(text)
-                stats.count_signal(answers[text])
-                stats.count_values((answers[text].value,))
+                if decides:
+                    stats.count_signal(answers[text])
+                    stats.count_values((answers[text].value,))
+                else:
+                    stats.count_generated((answers[text].value,))
 
     # ---- prompt() helpers -------------------------------------------------------------------
     def _template(self, text: str, given: int) -> Template:

@@ -333,40 +333,9 @@ def print_quality(stats, warnings_only: bool = False) -> None:
 
 
 def print_summary(result, output: str | None) -> None:
-    totals = result.stats.totals()
-    rows = "no rows" if result.table is None else f"{result.table.num_rows:,} rows"
-    where = f" written to {output}" if output and result.table is not None else ""
-    parts = [f"{rows}{where}"]
-    if result.stats.nodes:
-        parts.append(
-            f"AI: {totals['prompts_total']:,} prompts, {totals['prompts_unique']:,} unique, "
-            f"{totals['prompts_evaluated']:,} evaluated"
-            + (f", {totals['prompts_cached']:,} from the result cache" if totals["prompts_cached"] else "")
-        )
-        parts.append(f"tokens computed {totals['computed_tokens']:,} of {totals['logical_tokens']:,} logical")
-        if totals["kv_hit_tokens"]:
-            parts.append(f"{totals['kv_hit_tokens']:,} from the prefix cache")
-        if totals["draft_tokens"]:
-            parts.append(
-                f"speculation accepted {totals['draft_accepted_tokens']:,}/{totals['draft_tokens']:,} drafted tokens"
-            )
-    parts.append(f"{result.stats.wall_s:.2f} s")
-    if result.model:
-        if result.model.device:
-            threads = result.model.threads and f"{result.model.threads} thread{'s' if result.model.threads != 1 else ''}"
-            how = [part for part in (result.model.numerics, result.model.kernels, threads) if part]
-            where = f"on {result.model.device}" + (f" ({', '.join(how)})" if how else "")
-        elif any(n.prompts_total for n in result.stats.nodes if n.model_kind == "llm"):
-            numerics = f", computed in {result.model.numerics}" if result.model.numerics else ""
-            proxied = any(n.approximate and n.approximate.get("proxy_answered") for n in result.stats.nodes)
-            # in approximate mode the oracle may be left unloaded because its proxy answered
-            where = "(not loaded: its proxy and the result cache answered every prompt)" if proxied else f"(not loaded: all answers cached{numerics})"
-        else:
-            where = "(not loaded: no prompt to answer)"
-        parts.append(f"model {result.model.name} {where}")
-    if result.stats.embed_model:
-        parts.append(f"embed model {result.stats.embed_model}")
-    stderr.print("[dim]" + escape(" · ".join(parts)) + "[/dim]")
+    from aisql.executor.summary import summary_line
+
+    stderr.print("[dim]" + escape(summary_line(result, output)) + "[/dim]")
     print_quality(result.stats)
     workers = result.stats.workers()
     if workers:

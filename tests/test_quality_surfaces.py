@@ -79,3 +79,30 @@ def test_the_duckdb_functions_count_what_the_warnings_read(tiny_engine):
     assert stats.answers_scored == 40 and sum(stats.p_yes_bins) == 40
     assert sum(stats.value_counts.values()) == 40
     assert signals.quality_lines([stats])[0].text.startswith("ai_if ai_if: Yes for")
+
+
+def test_the_duckdb_functions_warn_once_and_summarize(tiny_engine, always_one_sided):
+    import duckdb
+
+    import aisql
+    from aisql.errors import AisqlWarning
+
+    con = duckdb.connect()
+    handle = aisql.register(con, engine=tiny_engine, cache=False)
+    with pytest.warns(AisqlWarning, match="ai_if's answers carry little signal") as said:
+        con.sql("SELECT ai_if(prompt('Is {0} a prime number?', i)) FROM range(40) t(i)").fetchall()
+        con.sql("SELECT ai_if(prompt('Is {0} an odd number?', i)) FROM range(40) t(i)").fetchall()
+    assert len([w for w in said if issubclass(w.category, AisqlWarning)]) == 1  # once per registration
+    summary = handle.summary()
+    assert summary.startswith("ai_if: 80 rows, 80 distinct prompts") and "warning: ai_if's answers carry little signal" in summary
+
+
+def test_python_results_have_a_short_repr_and_the_summary(make_connection, always_one_sided):
+    from aisql.errors import AisqlWarning
+
+    with pytest.warns(AisqlWarning):
+        result = make_connection().run(QUERY)
+    assert repr(result).startswith("<QueryResult 40 rows · AI: 40 prompts") and len(repr(result)) < 400
+    first, *rest = result.summary().splitlines()
+    assert first == repr(result)[len("<QueryResult ") : -1]
+    assert any(line.startswith("warning: ai_1's answers carry little signal") for line in rest)

@@ -77,3 +77,31 @@ def test_answers_near_chance_or_all_one_side_are_said():
     assert "96% of 100 answers are No" in signal_lines(stats(100, 4, 0))[1][0]
     assert "hardly varies" in signal_lines(stats(100, 50, 0, spread=0.2))[1][0]
     assert len(signal_lines(stats(5, 5, 0))) == 1  # too few to say
+
+
+def test_generated_answers_all_alike_are_said():
+    """AI.GENERATE answering one text for every row says nothing about the rows."""
+
+    def stats(values):
+        node = NodeStats(node="ai_1", function="AI.GENERATE(...)", strategy="prefetch")
+        node.count_generated(values)
+        return RunStats(model="m", model_note=None, mode="planned", nodes=[node])
+
+    alike = signal_lines(stats(["billing"] * 30))
+    assert alike == [("ai_1's answers carry little signal: the same answer 'billing' for all 30 distinct prompts; rephrase the question, or use a larger model (--model)", True)]
+    assert signal_lines(stats(["billing"] * 29 + ["refund"])) == []
+    assert signal_lines(stats(["billing"] * 5)) == []  # too few to say
+
+
+def test_the_duckdb_functions_count_generated_answers(tiny_engine):
+    import duckdb
+
+    import aisql
+    from aisql.executor.signals import quality_lines
+
+    con = duckdb.connect()
+    handle = aisql.register(con, engine=tiny_engine, cache=False)
+    con.sql("SELECT ai_generate('Say a word about ' || i::VARCHAR, max_tokens => 2) FROM range(25) t(i)").fetchall()
+    node = handle.stats["ai_generate"]
+    assert node.answers_generated == 25 and node.first_generated is not None
+    assert all(line.warning == (not node.generated_differ) for line in quality_lines([node]))

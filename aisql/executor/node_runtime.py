@@ -357,15 +357,24 @@ class NodeRuntime:
                 self.stats.count_signal(answer, own_value(answer))
                 if self.call.function.decides:
                     self.stats.count_values((answer.value,))
+                elif self._generates:
+                    self.stats.count_generated((answer.value,))
 
     def _count_columns(self, answers) -> None:
         """_count_signal for a streamed shard's columns (aisql.executor.answer_store.AnswerColumns)."""
         self.stats.count_signals(answers)
         if self.call.function.decides:
             self.stats.count_values(answers.values)
+        elif self._generates:
+            self.stats.count_generated(answers.values)
         if self.task.decision is not None:
             own_value = self._own_value()
             self.stats.answers_changed += sum(1 for answer in answers.answers() if own_value(answer) not in (None, answer.value))
+
+    @property
+    def _generates(self) -> bool:
+        """Answers are generated text (or typed values), one per prompt: not labels, not groups."""
+        return kind_of(self.task).run is not None and not kind_of(self.task).labels and not kind_of(self.task).groups
 
     def _own_value(self) -> Callable[[Answer], Any]:
         """An answer -> its value under the function's own rule (the likeliest label), where the

@@ -46,6 +46,18 @@ class QueryResult:
     # every statement that returned rows, in order: (its number in the script, from 1; its rows)
     results: list[tuple[int, pa.Table]] = field(default_factory=list)
 
+    def summary(self) -> str:
+        """What the CLI says after a run: one line (rows, prompts, tokens, time, the model), then
+        what the answers say about themselves — warnings where they carry little signal."""
+        from aisql.executor.summary import summary_text
+
+        return summary_text(self)
+
+    def __repr__(self) -> str:
+        from aisql.executor.summary import summary_line
+
+        return f"<QueryResult {summary_line(self)}>"
+
 
 @dataclass
 class RunRequest:

@@ -64,6 +64,12 @@ class NodeStats:
     # it, its held-out check, its prompts; and how many distinct answers it made differ.
     decision: dict | None = None
     answers_changed: int = 0
+    # AI.GENERATE and the typed generators: distinct prompts answered, the first answer (as text,
+    # cut to 80 characters) and whether any other answer differed — a node whose every answer is
+    # the same text says nothing about its rows (aisql.executor.signals warns).
+    answers_generated: int = 0
+    first_generated: str | None = None
+    generated_differ: bool = False
 
     def count_signal(self, answer, own_value=None) -> None:
         """One distinct answer's signal (an AI.IF answer cached before P(Yes) was kept has none);
@@ -82,6 +88,16 @@ class NodeStats:
         for value in values:
             key = f"{value:.1f}" if isinstance(value, float) else str(value)
             counts[key] = counts.get(key, 0) + 1
+
+    def count_generated(self, values) -> None:
+        """Distinct generated answers: how many, and whether they are all one text."""
+        for value in values:
+            text = str(value)[:80]
+            if self.first_generated is None:
+                self.first_generated = text
+            elif text != self.first_generated:
+                self.generated_differ = True
+            self.answers_generated += 1
 
     def _count_signals(self, values, p_yes_of) -> None:
         scored = yes = near = 0

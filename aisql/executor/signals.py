@@ -52,6 +52,15 @@ def quality_lines(stats: RunStats | Iterable[NodeStats]) -> list[QualityLine]:
             lines += _yes_no_lines(node)
         elif node.value_counts:
             lines += _labelled_lines(node)
+        elif node.answers_generated >= SIGNAL_MIN and not node.generated_differ:
+            lines.append(
+                QualityLine(
+                    node.node,
+                    f"{node.node}'s answers carry little signal: the same answer {node.first_generated!r} for all "
+                    f"{node.answers_generated:,} distinct prompts; rephrase the question, or use a larger model (--model)",
+                    True,
+                )
+            )
     return lines
 
 
