@@ -47,7 +47,8 @@ def has_ai(sql_text: str, dialect: str | None) -> bool:
 
 def call_notes(statements: list[BoundStatement]) -> list[str]:
     """The AI calls' notes (vendor arguments accepted and ignored), each once, in order."""
-    return list(dict.fromkeys(note for bound in statements for call in bound.calls for note in call.notes))
+    notes = [note for bound in statements for note in bound.statement.notes]
+    return list(dict.fromkeys(notes + [note for bound in statements for call in bound.calls for note in call.notes]))
 
 
 def check_endpoints(statements: list[BoundStatement], session: ModelSession) -> None:

@@ -8,6 +8,7 @@ written out in DuckDB's. The AI functions' spellings of every vendor are recogni
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from contextlib import contextmanager
@@ -33,6 +34,7 @@ class Statement:
     start: int  # offset of `text` in the script
     dialect: str = DEFAULT  # what `text` is written in; anything but DuckDB's runs as generated SQL
     parameters_bound: bool = False  # parameter values are in `ast` (not in `text`): run the AST
+    notes: tuple[str, ...] = ()  # what reading it accepted and ignored (a FlockMTL model name), said once
 
     @property
     def runs_verbatim(self) -> bool:
@@ -75,10 +77,27 @@ def parse_script(source: SourceText, dialect: str | None = None) -> list[Stateme
     for ast in asts:
         if ast is not None:
             _plain_text_literals(ast, (dialect or DEFAULT).lower())
-    statements = _split_statements(source, tokens, asts, (dialect or DEFAULT).lower())
+    statements = _with_flockmtl(_split_statements(source, tokens, asts, (dialect or DEFAULT).lower()), source)
     if not statements:
         raise SqlSyntaxError("the query has no statement, only comments")
     return statements
+
+
+def _with_flockmtl(statements: list[Statement], source: SourceText) -> list[Statement]:
+    """FlockMTL's statements and calls read as aisql's (aisql.sql.flockmtl): its CREATE PROMPT /
+    CREATE MODEL statements are taken, not run; its llm_* calls become AI functions."""
+    from aisql.sql import flockmtl
+
+    resources = flockmtl.FlockResources()
+    kept: list[Statement] = []
+    for statement in statements:
+        if resources.take_statement(statement.text):
+            continue
+        before = len(resources.notes)
+        flockmtl.translate(statement.ast, resources, source.at)
+        notes = tuple(resources.notes[before:]) if kept else tuple(resources.notes)
+        kept.append(dataclasses.replace(statement, notes=notes) if notes else statement)
+    return kept
 
 
 def _plain_text_literals(ast: exp.Expression, dialect: str) -> None:
