@@ -309,6 +309,7 @@ def _apply(options):
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts or about 5 s of model time (the run's first chunk: 8 prompts), whichever comes first; Ctrl-C or a kill loses at most that chunk.")
 @click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Spread the AI work over N engine workers on Ray (a local runtime unless --cluster or $RAY_ADDRESS; needs the ray extra: pip install -e '.[ray]').")
 @click.option("--cluster", metavar="ADDRESS", help="Run the workers on this Ray cluster (ray://HOST:PORT); default: one worker per GPU.")
+@click.option("--strict-models", is_flag=True, help="Refuse a query that names a model other than --model (BigQuery's endpoint =>, Snowflake's AI_COMPLETE model, FlockMTL's model_name); by default the run's model answers and a note says so.")
 @click.option("--approximate", is_flag=True, help="Approximate mode for every AI.IF: a proxy answers the rows it is sure of (recall and precision >= 0.9 vs the LLM, with probability >= 0.95); outputs say so.")
 @click.option("--proxy-model", metavar="MODEL", help="Approximate mode's proxy (implies --approximate): a smaller LLM (any --model form, e.g. smollm2) or 'embeddings'; default: a smaller LLM when --model has >= 4x its parameters, else the embedding model.")
 @_embed_model
@@ -316,7 +317,7 @@ def _apply(options):
 def run(
     query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
     output, output_all, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
-    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, workers, cluster, approximate, proxy_model, embed_model,
+    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, workers, cluster, strict_models, approximate, proxy_model, embed_model,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
     from aisql.output import ResultPrinter
@@ -357,6 +358,7 @@ def run(
                 checkpoint_every=checkpoint_every,
                 progress=progress,
                 approximate={"proxy": proxy_model} if proxy_model else (approximate or None),
+                strict_models=strict_models,
             )
         except (KeyboardInterrupt, Exception) as stop:
             if not is_interrupt(stop):

@@ -61,8 +61,12 @@ def test_vendor_arguments_noted_or_refused(bq):
     notes = bq.run(f"SELECT id FROM shop.reviews WHERE AI.IF(('x', review), model_params => JSON '{many}')").stats.notes
     (line,) = [n for n in notes if "model_params" in n]
     assert "model_params.k0" in line and "and 19995 more ignored" in line
+    # a vendor's model name: the run's model answers, and says so (--strict-models refuses)
+    ported = bq.run("SELECT AI.IF(('x', review), endpoint => 'gemini-2.5-flash') FROM shop.reviews")
+    assert ported.table.num_rows == 3
+    assert "AI.IF: the model 'gemini-2.5-flash' named in the query is answered by this run's model (tiny); --strict-models refuses instead" in ported.stats.notes
     with pytest.raises(AisqlError, match="'gemini-2.5-flash' named in the query is not this run's model") as info:
-        bq.run("SELECT AI.IF(('x', review), endpoint => 'gemini-2.5-flash') FROM shop.reviews")
+        bq.run("SELECT AI.IF(('x', review), endpoint => 'gemini-2.5-flash') FROM shop.reviews", strict_models=True)
     assert info.value.line == 1
     assert bq.run("SELECT AI.IF(('x', review), endpoint => 'tiny') FROM shop.reviews").table.num_rows == 3
 
@@ -85,8 +89,11 @@ def test_snowflake_spellings(tiny_engine):
     first = con.run("SELECT AI_COMPLETE('tiny', 'Say hi to ' || x, {'max_tokens': 3}) AS g FROM t").table.to_pylist()
     same = con.run("SELECT AI_COMPLETE('Say hi to ' || x, 3) AS g FROM t").table.to_pylist()
     assert first == same
-    with pytest.raises(AisqlError, match="'claude-4' named in the query"):
-        con.run("SELECT AI_COMPLETE('claude-4', x) FROM t")
+    # Snowflake's documented model names port: answered by the run's model, said in a note
+    ported = con.run("SELECT AI_COMPLETE('claude-4', 'Say hi to ' || x, {'max_tokens': 3}) AS g FROM t")
+    assert ported.table.to_pylist() == first and any("'claude-4' named in the query" in n for n in ported.stats.notes)
+    with pytest.raises(AisqlError, match="'claude-4' named in the query is not this run's model"):
+        con.run("SELECT AI_COMPLETE('claude-4', x) FROM t", strict_models=True)
 
 
 def test_unknown_dialect_is_a_clear_error():

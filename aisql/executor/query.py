@@ -77,6 +77,7 @@ class RunRequest:
     # Approximate mode for every AI.IF (opt-in): True for the default targets, or a dict of
     # recall / precision / delta / sample / seed (aisql.executor.cascade). Naive runs stay exact.
     approximate: bool | dict | None = None
+    strict_models: bool = False  # a model named in the query other than the run's is refused, not answered by the run's model
 
     def __post_init__(self) -> None:
         check_run_options(
@@ -118,7 +119,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
     started = time.perf_counter()
     source = SourceText(sql_text)
     statements = bind_script(source, request.dialect, request.params)
-    check_endpoints(statements, session)
+    model_notes = check_endpoints(statements, session, request.strict_models)
     profile, budget = _pricing(request, session)
     answering = session.answering(_run_options(request, session, budget))
     executor = Executor(con, answering, naive=request.naive, embeddings=session)
@@ -145,6 +146,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
             if _returns_rows(bound.statement.ast):
                 results.append((number, table))
     stats, used = _run_stats(session, request, statements, nodes, profile, started)
+    stats.notes = model_notes + stats.notes
     if results:
         table = results[-1][1]  # the last query's rows, not a later CREATE's row count
     return QueryResult(table=table, stats=stats, model=used, results=results)

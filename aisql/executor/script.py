@@ -51,19 +51,27 @@ def call_notes(statements: list[BoundStatement]) -> list[str]:
     return list(dict.fromkeys(notes + [note for bound in statements for call in bound.calls for note in call.notes]))
 
 
-def check_endpoints(statements: list[BoundStatement], session: ModelSession) -> None:
-    """A model named in SQL (BigQuery's `endpoint =>`) must be the run's model: aisql runs one
-    model per run, and silently answering with another would be a wrong answer."""
+def check_endpoints(statements: list[BoundStatement], session: ModelSession, strict: bool = False) -> list[str]:
+    """A model named in SQL (BigQuery's `endpoint =>`, Snowflake's AI_COMPLETE model) other than
+    the run's: aisql runs one model per run, so a vendor's query ports as written and is answered
+    by the run's model — said in one note per name, never silently. `strict` (--strict-models)
+    refuses it instead, with its position."""
     named = [(bound, call) for bound in statements for call in bound.calls if call.endpoint]
     if not named:
-        return
+        return []
     model = session.resolved_model
     accepted = {model.name.lower(), model.name.rstrip("/").rsplit("/", 1)[-1].lower()}
+    notes: list[str] = []
     for _, call in named:
-        if call.endpoint.lower() not in accepted:
-            raise AisqlError(
-                f"{call.spelling}: the model {call.endpoint!r} named in the query is not this run's model ({model.name})",
-                line=call.line,
-                col=call.col,
-                hint=f"run with --model {call.endpoint} if aisql can load it, or leave the model out of the call",
-            )
+        if call.endpoint.lower() in accepted:
+            continue
+        if not strict:
+            notes.append(f"{call.spelling}: the model {call.endpoint!r} named in the query is answered by this run's model ({model.name}); --strict-models refuses instead")
+            continue
+        raise AisqlError(
+            f"{call.spelling}: the model {call.endpoint!r} named in the query is not this run's model ({model.name})",
+            line=call.line,
+            col=call.col,
+            hint=f"run with --model {call.endpoint} if aisql can load it, or leave the model out of the call",
+        )
+    return list(dict.fromkeys(notes))
