@@ -53,6 +53,17 @@ def committed(cache: Path) -> int:
         return 0
 
 
+def wait_for_a_commit(job: subprocess.Popen, cache: Path) -> None:
+    """Until the job has committed answers (an event it leaves in the cache), while it runs."""
+    deadline = time.monotonic() + DEADLINE_S
+    while committed(cache) == 0 and job.poll() is None and time.monotonic() < deadline:
+        try:
+            job.wait(timeout=0.02)
+        except subprocess.TimeoutExpired:
+            pass
+    assert job.poll() is None, f"the job ended before it could be stopped: {job.stderr.read()}"
+
+
 def test_killed_run_resumes_from_its_last_checkpoint(tiny_engine, tmp_path: Path):  # tiny_engine: model built before the jobs start
     cache = tmp_path / "answers.sqlite"
     output = tmp_path / "hot.csv"
@@ -177,13 +188,7 @@ def test_ctrl_c_and_sigterm_keep_the_committed_answers_and_say_so(tiny_engine, t
         # test): the job, like one started from a terminal, begins with the default disposition.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.monotonic() + DEADLINE_S
-    while committed(cache) == 0 and job.poll() is None and time.monotonic() < deadline:
-        try:
-            job.wait(timeout=0.02)
-        except subprocess.TimeoutExpired:
-            pass
-    assert job.poll() is None, f"the job ended before it could be stopped: {job.stderr.read()}"
+    wait_for_a_commit(job, cache)
     for stop in stops:
         job.send_signal(stop)
     if len(stops) > 1:
@@ -230,13 +235,7 @@ def test_a_piped_shell_script_stops_at_ctrl_c(tiny_engine, tmp_path: Path, stop,
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.monotonic() + DEADLINE_S
-    while committed(cache) == 0 and job.poll() is None and time.monotonic() < deadline:
-        try:
-            job.wait(timeout=0.02)
-        except subprocess.TimeoutExpired:
-            pass
-    assert job.poll() is None, f"the script ended before it could be stopped: {job.stderr.read()}"
+    wait_for_a_commit(job, cache)
     job.send_signal(stop)
     stdout, stderr = job.communicate(timeout=DEADLINE_S)
     assert job.returncode == code, stderr

@@ -17,8 +17,9 @@ class Terminal(io.StringIO):
         return True
 
 
-def interactive(monkeypatch, typed: list[str]) -> tuple[list[str], int]:
-    """Run the shell as if `typed` were typed at a terminal, then Ctrl-D; return what ran."""
+def interactive(monkeypatch, typed: list[str], run_one=None) -> tuple[list[str], int]:
+    """Run the shell as if `typed` were typed at a terminal, then Ctrl-D; return what ran
+    (`run_one` runs each statement after it is recorded)."""
     ran: list[str] = []
     feed = iter(typed)
 
@@ -31,7 +32,7 @@ def interactive(monkeypatch, typed: list[str]) -> tuple[list[str], int]:
     monkeypatch.setattr("builtins.input", fake_input)
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
     monkeypatch.setattr(shell, "_history", lambda: None)
-    code = run_shell(None, ran.append, Terminal())
+    code = run_shell(None, lambda statement: (ran.append(statement), run_one and run_one(statement)), Terminal())
     return ran, code
 
 
@@ -169,18 +170,6 @@ def test_ctrl_c_at_a_terminal_cancels_one_statement(monkeypatch, capsys):
         if "slow" in statement:
             raise KeyboardInterrupt
 
-    ran: list[str] = []
-    typed = iter(["SELECT 'slow';", "SELECT 2;"])
-
-    def fake_input(prompt: str) -> str:
-        try:
-            return next(typed)
-        except StopIteration:
-            raise EOFError from None
-
-    monkeypatch.setattr("builtins.input", fake_input)
-    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
-    monkeypatch.setattr(shell, "_history", lambda: None)
-    code = run_shell(None, lambda s: (ran.append(s.strip()), run_one(s)), Terminal())
-    assert ran == ["SELECT 'slow';", "SELECT 2;"] and code == 0
+    ran, code = interactive(monkeypatch, ["SELECT 'slow';", "SELECT 2;"], run_one)
+    assert [statement.strip() for statement in ran] == ["SELECT 'slow';", "SELECT 2;"] and code == 0
     assert "interrupted" in capsys.readouterr().err

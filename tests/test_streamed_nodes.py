@@ -324,7 +324,7 @@ def test_max_prompts_holds_on_a_streamed_node(tiny_engine):
     from aisql.executor.answer_store import MemoryAnswerStore
     from aisql.executor.budget import Budget, BudgetExceeded
     from aisql.executor.cluster.engine import ClusterEngine
-    from aisql.executor.cluster.streaming import answer_streamed
+    from aisql.executor.cluster.streaming import StreamedNode
     from aisql.executor.cluster.streamed_input import StreamedGroup
 
     store = MemoryAnswerStore()
@@ -334,7 +334,7 @@ def test_max_prompts_holds_on_a_streamed_node(tiny_engine):
     slices = iter([[StreamedGroup((f"lead {g}",), [f"lead {g} item {i}" for i in range(6)], [1] * 6)] for g in range(5)])
     task = _score_task(tiny_engine)
     with pytest.raises(BudgetExceeded) as stop:
-        answer_streamed(answering, lambda: engine, task, slices, key="k", node_id="n1", index=AnswerIndex(), on_answers=lambda a: None)
+        StreamedNode(answering, task, slices, key="k", node_id="n1", index=AnswerIndex(), on_answers=lambda a: None).run(lambda: engine)
     assert len(store) == stop.value.counts.prompts_evaluated == 10
 
 

@@ -175,7 +175,7 @@ class NodeRuntime:
         """prefetch, streamed: the input read a slice at a time in anchor order, answers kept by
         digest (aisql.executor.cluster.streaming). `total`: its distinct tuples."""
         from aisql.executor.cluster.streamed_input import SliceCounts, leading_args, stream_groups
-        from aisql.executor.cluster.streaming import answer_streamed
+        from aisql.executor.cluster.streaming import StreamedNode
 
         started = time.perf_counter()
         self.stats.strategy = "prefetch-sliced"  # said in --stats-json: this node streamed in slices through the pool
@@ -191,9 +191,10 @@ class NodeRuntime:
 
         self.options.progress.start(node_id, description, total, 0)
         try:
-            counts = answer_streamed(
-                self.answering, cluster, self.task, slices, key=self.answering.key(self.task), node_id=node_id, index=self.index, on_answers=self._count_columns
+            streamed = StreamedNode(
+                self.answering, self.task, slices, key=self.answering.key(self.task), node_id=node_id, index=self.index, on_answers=self._count_columns
             )
+            counts = streamed.run(cluster)
         except BudgetExceeded:
             raise
         except AisqlError as err:

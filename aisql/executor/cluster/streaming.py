@@ -38,28 +38,13 @@ if TYPE_CHECKING:
     from aisql.executor.answering import Answering
 
 
-def answer_streamed(
-    answering: "Answering",
-    cluster: Callable[[], ClusterEngine],
-    task: Task,
-    slices: Iterator[list[StreamedGroup]],
-    *,
-    key: str,
-    node_id: str,
-    index: AnswerIndex,
-    on_answers: Callable[[AnswerColumns], None],
-) -> AnswerCounts:
-    """Answers of every text the slices hold, into `index` and the store; the counts. `on_answers`
-    sees each distinct text's answer once (cached or fresh): the node's confidence counts.
-    `cluster` is asked for only when some text is not in the result cache (none: no worker starts)."""
-    return StreamedNode(answering, task, slices, key=key, node_id=node_id, index=index, on_answers=on_answers).run(cluster)
-
-
 class StreamedNode:
     """One node's streamed answering: its queue of prefix groups (`cutter`), the texts waiting
     for answers (queued or in flight, with their rows and tuple hashes), its counts. Slices are
     admitted as the pool asks for work (`next_shard`), shards' answers recorded as they return
-    (`on_result`, the checkpoint)."""
+    (`on_result`, the checkpoint). `run(cluster)` answers every text the slices hold, into `index`
+    and the store, and returns the counts; `on_answers` sees each distinct text's answer once
+    (cached or fresh); `cluster` is asked for only when some text is not in the result cache."""
 
     def __init__(
         self,
