@@ -64,6 +64,11 @@ def remove_stale_temporaries(target: Path) -> None:
 def write_table(table: pa.Table, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
     target = check_output_path(path)
     fmt = FILE_FORMATS[target.suffix.lower()]
+    if fmt == "json":
+        text, replaced = json_text(table)
+        write_text_atomically(target, text)
+        _say_replaced(replaced)
+        return
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     options = {"csv": "FORMAT csv, HEADER true", "json": "FORMAT json, ARRAY true", "parquet": "FORMAT parquet"}[fmt]
     if fmt == "parquet" and metadata:
@@ -137,9 +142,16 @@ def print_csv(table: pa.Table) -> None:
 
 
 def print_json(table: pa.Table) -> None:
-    rows, replaced = json_safe(table.to_pylist())
-    sys.stdout.write(json.dumps(rows, default=str, ensure_ascii=False, indent=2, allow_nan=False) + "\n")
+    text, replaced = json_text(table)
+    sys.stdout.write(text)
     _say_replaced(replaced)
+
+
+def json_text(table: pa.Table) -> tuple[str, int]:
+    """The rows as one JSON array, as `--format json` prints them and `--output x.json` writes
+    them (one rendering: the file is what the terminal showed); how many values were replaced."""
+    rows, replaced = json_safe(table.to_pylist())
+    return json.dumps(rows, default=str, ensure_ascii=False, indent=2, allow_nan=False) + "\n", replaced
 
 
 def print_json_line(document: dict) -> None:

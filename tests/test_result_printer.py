@@ -68,3 +68,14 @@ def test_json_output_never_holds_nan_or_infinity(capsys, interactive):
     flat = rows[0]["rows"] if interactive else rows[0]
     assert flat == [{"x": 1.5, "l": [None]}, {"x": None, "l": []}, {"x": None, "l": [2.0]}]
     assert "3 non-finite number(s)" in captured.err
+
+
+def test_an_output_json_file_holds_what_format_json_prints(capsys, tmp_path):
+    """Was: `--output x.json` written by DuckDB's COPY (one object per line, tabs), `--format json`
+    by aisql (an indented array): two renderings of one result."""
+    result = approximate_result()
+    result.table = pa.table({"id": [1, 2], "tags": [["a"], []], "score": [0.5, None]})
+    ResultPrinter("json").emit(result)
+    printed = capsys.readouterr().out
+    ResultPrinter(output=str(tmp_path / "out.json")).emit(result)
+    assert (tmp_path / "out.json").read_text() == printed
