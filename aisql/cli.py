@@ -298,7 +298,7 @@ def _apply(options):
 @click.option("--stats-json", metavar="PATH", help="Write run statistics (prompts, tokens, time per AI node) as JSON.")
 @click.option("--naive", is_flag=True, help="Evaluate row by row without any optimisation (the reference).")
 @click.option("--max-rows", default=50, show_default=True, help="Rows to show with --format table.")
-@click.option("-q", "--quiet", is_flag=True, help="No summary or notes on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar, summary or notes on stderr (warnings, approximate-mode labels and errors still show).")
 @click.option("--hardware", type=click.Choice(["cpu", "h100", "h200"]), help="Cost the run at this profile's price in --stats-json.")
 @click.option("--price-per-hour", type=FINITE_AMOUNT, metavar="USD", help="Override the hardware profile's price.")
 @click.option("--cache", "cache_path", metavar="PATH", help="Result cache file (default: answers.sqlite in the user cache dir).")
