@@ -83,12 +83,14 @@ def connection(engine, data, cache=False) -> aisql.Connection:
     return con
 
 
-def run_once(engine, data, sql: str, naive: bool) -> dict:
+def run_once(engine, data, sql: str, naive: bool, fixed_chunks: bool = False) -> dict:
     engine.reset_cache()  # every run starts cold
     recorder = Recorder(engine)
     con = connection(recorder, data)
     started = time.perf_counter()
-    result = con.run(sql, naive=naive)
+    # fixed chunks: checkpoints by prompt count only, so the passes and prefix hits are a function of
+    # the code, not of the machine's speed at the moment (compare two versions of the engine)
+    result = con.run(sql, naive=naive, **({"checkpoint_seconds": 1e9} if fixed_chunks else {}))
     wall = time.perf_counter() - started
     con.close()
     t = result.stats.totals()
@@ -121,6 +123,7 @@ def main() -> None:
     parser.add_argument("--model", default="tiny-32k", help="tiny-32k (default), tiny-32k-small, tiny, or any model spec")
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode; the fastest is kept")
     parser.add_argument("--only", help="comma-separated query names (prefixes), e.g. Q1,Q4")
+    parser.add_argument("--fixed-chunks", action="store_true", help="checkpoint by prompt count only: every work counter deterministic (to compare versions)")
     parser.add_argument("--blurbs", action="store_true", help="Q1 with full product blurbs instead of taglines (a longer tail)")
     args = parser.parse_args()
     engines = {"tiny-32k": bench_engine, "tiny-32k-small": bench_engine_small}
@@ -136,9 +139,9 @@ def main() -> None:
         explanation = explain_con.explain(sql, sample=16)
         explain_con.close()
         estimate = explanation.to_dict()["statements"][-1]["totals"]
-        run_once(engine, data, sql, naive=False)  # warm-up
-        naive = min((run_once(engine, data, sql, naive=True) for _ in range(args.repeat)), key=lambda r: r["wall_s"])
-        planned = min((run_once(engine, data, sql, naive=False) for _ in range(args.repeat)), key=lambda r: r["wall_s"])
+        run_once(engine, data, sql, naive=False, fixed_chunks=args.fixed_chunks)  # warm-up
+        naive = min((run_once(engine, data, sql, naive=True, fixed_chunks=args.fixed_chunks) for _ in range(args.repeat)), key=lambda r: r["wall_s"])
+        planned = min((run_once(engine, data, sql, naive=False, fixed_chunks=args.fixed_chunks) for _ in range(args.repeat)), key=lambda r: r["wall_s"])
         equal = naive.pop("_rows") == planned.pop("_rows")
         naive.pop("_sequences")
         minimum = prefix_tree_size(planned.pop("_sequences"))
