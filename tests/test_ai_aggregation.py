@@ -71,6 +71,7 @@ def test_bad_arguments(make_connection, sql, message):
     assert err.value.line == 1
 
 
+@pytest.mark.slow  # over ~2.5 s: the fast tier stays under 3 min
 def test_filter_narrows_the_values_as_on_any_aggregate(make_connection):
     """`AI_AGG(v, task) FILTER (WHERE c)` (and `AI.AGG(...) FILTER`, which sqlglot reads as a
     column) gives the group the values meeting c — what a CASE that NULLs the others gives."""

@@ -86,6 +86,7 @@ def test_no_proxy_signal_falls_back_to_exact():
 QUERY = "SELECT id, AI.IF(PROMPT('Is this review about a broken product? {{review}}'){options}) AS broken FROM reviews ORDER BY id"
 
 
+@pytest.mark.slow  # over ~2.5 s: the fast tier stays under 3 min
 def test_sql_options_bad_values_and_exact_unchanged(make_connection):
     from aisql.errors import AisqlError
 

@@ -75,6 +75,7 @@ segments = st.lists(st.integers(3, 2000), min_size=0, max_size=30)
     tails=st.lists(st.lists(st.integers(3, 2000), min_size=1, max_size=8), min_size=1, max_size=5),
     budget_tokens=st.sampled_from([0, 40, 400, 100_000]),
 )
+@pytest.mark.slow  # over ~2.5 s: the fast tier stays under 3 min
 def test_scores_with_reuse_equal_scores_without(reference, common, anchors, tails, budget_tokens):
     engine = fresh(max_batch_size=3)  # several batches: later ones must survive earlier evictions
     engine.radix.budget_bytes = budget_tokens * engine.runner.bytes_per_token

@@ -33,6 +33,7 @@ def _rows(result):
     ],
     ids=["llm_filter", "llm_complete", "llm_reduce"],
 )
+@pytest.mark.slow  # over ~2.5 s: the fast tier stays under 3 min
 def test_flockmtl_calls_are_planned_and_equal_naive(make_connection, sql):
     planned = make_connection().run(sql)
     naive = make_connection().run(sql, naive=True)

@@ -180,6 +180,7 @@ REVIEWS = (
 )
 
 
+@pytest.mark.slow  # over ~2.5 s: the fast tier stays under 3 min
 def test_a_proxy_llm_answers_for_the_oracle_end_to_end(tmp_path, tiny_engine, perturbed_tiny):
     """Tiny as the oracle, its perturbed copy as the proxy: the run says which proxy answered
     and why; the proxy's answers are kept under its own key, the oracle's key holds exactly
@@ -228,6 +229,7 @@ def _count(store, key: str) -> int:
     return store._db.execute("SELECT count(*) FROM answers WHERE task = ?", [key]).fetchone()[0]
 
 
+@pytest.mark.slow  # over ~2.5 s: the fast tier stays under 3 min
 def test_explain_says_which_proxy_and_why(make_connection, perturbed_tiny):
     con = make_connection()
     con.sql(REVIEWS)
@@ -276,6 +278,7 @@ def test_cli_proxy_model_implies_approximate_and_is_said(tmp_path, perturbed_tin
     assert "APPROXIMATE" in out.stderr or "approximate mode fell back" in out.stderr
 
 
+@pytest.mark.slow  # over ~2.5 s: the fast tier stays under 3 min
 def test_smollm2s_size_is_read_from_its_gguf_header_without_loading_it():
     from aisql.executor.proxy_choice import installed_decoder_params
 

@@ -313,6 +313,7 @@ def test_a_client_sending_a_40mb_body_reads_its_413(server):
     assert healthy(server)
 
 
+@pytest.mark.slow  # over ~2.5 s: the fast tier stays under 3 min
 def test_slowloris_connections_give_their_slots_to_whole_requests(engine):
     """--max-connections 8 held by 8 connections dripping their headers: new clients used to be
     reset (the slowloris benchmark: 495 resets for 1,120 requests). A new connection now takes

@@ -277,6 +277,7 @@ def test_tuple_hashes_find_codes_and_a_repeated_hash_is_a_collision():
     assert sql == "SELECT F(CAST(a AS TEXT), CAST(b AS TEXT), HASH(CAST(a AS TEXT), CAST(b AS TEXT))) FROM t WHERE G(a)"
 
 
+@pytest.mark.slow  # over ~2.5 s: the fast tier stays under 3 min
 def test_a_rerun_asks_only_the_rest_and_starts_no_worker_when_all_is_cached(pooled, tmp_path, monkeypatch):
     """The driver stops after 3 shards (a crash, Ctrl-C): what reached it is kept, shard by
     shard; the rerun asks exactly the rest; a third run is all cache and starts no worker."""

@@ -112,6 +112,7 @@ def test_200_random_weight_generations_all_parse(make_connection, max_tokens):
     assert result.stats.totals()["generated_tokens"] <= 200 * max_tokens
 
 
+@pytest.mark.slow  # over ~2.5 s: the fast tier stays under 3 min
 def test_planned_equals_naive_with_speculation_under_the_constraint(make_connection):
     sql = (
         f"SELECT id, AI.GENERATE(PROMPT('Extract from: {{review}} {{review}}'), output_schema => '{SCHEMA}', max_tokens => 80) AS r "

@@ -223,6 +223,7 @@ def test_functions_work_from_cursors_and_threads(tiny_engine):
 
 
 @pytest.mark.parametrize("drop", ["cur.close()", "del cur; gc.collect()"])
+@pytest.mark.slow  # over ~2.5 s: the fast tier stays under 3 min
 def test_functions_outlive_the_cursor_that_registered_them(drop):
     """DuckDB frees a Python function's callable with the connection that created it while the
     catalog keeps pointing at it: closing (or collecting) the registering cursor used to make the
