@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import duckdb
@@ -122,10 +123,8 @@ def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, chec
             # nothing): decided from the count the run decides from, where it can be made now
             distinct = est.prompts_unique
             if node.estimate_sql is not None and est.input_factor == 1.0:
-                try:
+                with contextlib.suppress(duckdb.Error):  # not countable before the script runs: the estimate says
                     distinct = streamed_input.count_input(stats.con, node.estimate_sql, node.call.arity)
-                except duckdb.Error:  # not countable before the script runs: the estimate says
-                    pass
             out[node.id]["sliced"] = streamed_input.streams(distinct)
     return out
 

@@ -9,6 +9,7 @@ one prompt per row, no dedup, no store: the reference every optimisation is chec
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any, Callable, Sequence
 
@@ -18,11 +19,11 @@ import pyarrow as pa
 
 from aisql.engine.base import Engine
 from aisql.errors import AisqlError
-from aisql.executor.budget import BudgetExceeded
-from aisql.executor.answer_index import MISSING, AnswerIndex, digest
 from aisql.executor import decisions
+from aisql.executor.answer_index import MISSING, AnswerIndex, digest
 from aisql.executor.answer_store import Answer
 from aisql.executor.answering import Answering
+from aisql.executor.budget import BudgetExceeded
 from aisql.executor.evaluate import evaluate
 from aisql.executor.prompts import PromptSet
 from aisql.executor.request_kinds import kind_of
@@ -372,10 +373,12 @@ class NodeRuntime:
             own_value = self._own_value()
             self.stats.answers_changed += sum(1 for answer in answers.answers() if own_value(answer) not in (None, answer.value))
 
-    @property
+    @functools.cached_property
     def _generates(self) -> bool:
-        """Answers are generated text (or typed values), one per prompt: not labels, not groups."""
-        return kind_of(self.task).run is not None and not kind_of(self.task).labels and not kind_of(self.task).groups
+        """Answers are generated text (or typed values), one per prompt: not labels, not groups
+        (read once: the answer loops ask per answer)."""
+        kind = kind_of(self.task)
+        return kind.run is not None and not kind.labels and not kind.groups
 
     def _own_value(self) -> Callable[[Answer], Any]:
         """An answer -> its value under the function's own rule (the likeliest label), where the

@@ -83,21 +83,21 @@ def _structs(call: exp.Anonymous, name: str, at) -> tuple[dict, dict, list[tuple
     if name == "llm_embedding":  # (model, columns): no prompt
         return dict(_pairs(args[0])), {}, _pairs(args[1])
     model, prompt = (_pairs(a) for a in args[:2])
-    columns = list(_ordered_pairs(args[2])) if len(args) > 2 else []
+    columns = _pairs(args[2]) if len(args) > 2 else []
     return dict(model), dict(prompt), columns
 
 
-def _ordered_pairs(struct: exp.Struct):
-    for item in struct.expressions:
-        if isinstance(item, (exp.PropertyEQ, exp.Slice, exp.EQ)):
-            key = item.this
-            yield (key.name if isinstance(key, (exp.Identifier, exp.Column)) else key.this if isinstance(key, exp.Literal) else key.sql()), item.expression
-        else:
-            yield item.alias_or_name, item
-
-
 def _pairs(struct: exp.Struct) -> list[tuple[str, exp.Expression]]:
-    return list(_ordered_pairs(struct))
+    """A struct literal's (key, value) pairs, in the order written."""
+    return [_pair(item) for item in struct.expressions]
+
+
+def _pair(item: exp.Expression) -> tuple[str, exp.Expression]:
+    if isinstance(item, (exp.PropertyEQ, exp.Slice, exp.EQ)):
+        key = item.this
+        name = key.name if isinstance(key, (exp.Identifier, exp.Column)) else key.this if isinstance(key, exp.Literal) else key.sql()
+        return name, item.expression
+    return item.alias_or_name, item
 
 
 def _prompt_text(prompt: dict, resources: FlockResources, name: str, at, call) -> str:
