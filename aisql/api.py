@@ -55,16 +55,23 @@ class Connection:
         session: ModelSession | None = None,
         warn: Callable[[str], None] | None = None,
         dialect: str | None = None,
+        model_map: dict[str, str] | None = None,
         **model_options,
     ) -> None:
         """`model_options` open this connection's model session (aisql.executor.session.ModelSession:
         model, engine, engine_options, cache, store); `session` shares another connection's (or
         `aisql.register`'s) model, KV cache and result cache instead. `dialect`: what scripts are
-        written in unless a call says otherwise — duckdb (default), bigquery or snowflake."""
+        written in unless a call says otherwise — duckdb (default), bigquery or snowflake.
+        `model_map`: a model named in a query -> the model that answers it ({'gpt-4o': 'qwen2.5-coder-0.5b'});
+        other names are answered by this connection's model, with a note."""
+        from aisql.executor.script import read_model_map
         from aisql.sql.dialects import dialect_for
+        from aisql.sql.flockmtl import FlockResources
 
         dialect_for(dialect)  # an unknown dialect fails here, not at the first query
         self.dialect = dialect
+        self.model_map = read_model_map(model_map)  # a bad entry fails here, not at the first query
+        self.flock = FlockResources()  # FlockMTL's named prompts, kept across this connection's calls
         try:
             if read_only and not database:
                 raise DataError("read_only needs a database file (an in-memory database is always writable)")
@@ -141,6 +148,8 @@ class Connection:
         checkpoint_every, checkpoint_seconds, progress."""
         _refuse_unknown_options(options)
         options.setdefault("dialect", self.dialect)
+        options.setdefault("model_map", self.model_map)
+        options.setdefault("flock", self.flock)
         notebook_bar = None
         if "progress" not in options and in_notebook():
             notebook_bar = options["progress"] = notebook_progress()
@@ -202,6 +211,8 @@ class Connection:
             sample=sample,
             dialect=dialect or self.dialect,
             params=params,
+            model_map=self.model_map,
+            resources=self.flock,
             workers=workers if workers is not None else (self.session.cluster.workers if self.session.cluster else None),
         )
 
@@ -227,8 +238,14 @@ def connect(
     engine options (device, kv_budget, quantize, ...) and session options (engine, cache, store, warn).
     `cluster`: run the model on Ray workers: a worker count for a local Ray runtime (`cluster=4`),
     or a Ray address (`cluster='ray://head:10001'`, with `workers=N`; default one per GPU)."""
+    model_map = options.pop("model_map", None)
     con = Connection(
-        database, read_only=read_only, session=ModelSession.from_options(model, **options), warn=options.get("warn"), dialect=dialect
+        database,
+        read_only=read_only,
+        session=ModelSession.from_options(model, **options),
+        warn=options.get("warn"),
+        dialect=dialect,
+        model_map=model_map,
     )
     con._owns_session = True  # its workers (if any) stop with it
     return con

@@ -105,6 +105,7 @@ def _connect(
     read_only: bool = False,
     embed_model: str | None = None,
     cluster=None,
+    model_map: tuple[str, ...] = (),
 ):
     from aisql.api import Connection
     from aisql.engine.model.loader import EngineOptions
@@ -119,6 +120,7 @@ def _connect(
         cache=cache,
         embed_model=embed_model,
         cluster=cluster,
+        model_map=list(model_map) or None,
         warn=lambda message: stderr.print(f"[yellow]{_escape(message)}[/yellow]"),
     )
     con.quality_warnings = False  # said in the run's summary (aisql.output), not as Python warnings
@@ -221,6 +223,10 @@ _engine = [
 ]
 
 
+_model_map = click.option(
+    "--model-map", "model_map", multiple=True, metavar="NAME=MODEL",
+    help="A model named in the query (BigQuery's endpoint =>, Snowflake's AI_COMPLETE model, FlockMTL's model_name) answered by MODEL (any --model form); repeatable. Unmapped names: --model answers, with a note.",
+)
 _embed_model = click.option("--embed-model", metavar="SPEC", help="Embedding model of AI.EMBED / AI.SIMILARITY: a sentence-transformers directory or Hugging Face id (default: $AISQL_EMBED_MODEL, then all-MiniLM-L6-v2).")
 
 
@@ -311,13 +317,14 @@ def _apply(options):
 @click.option("--cluster", metavar="ADDRESS", help="Run the workers on this Ray cluster (ray://HOST:PORT); default: one worker per GPU.")
 @click.option("--strict-models", is_flag=True, help="Refuse a query that names a model other than --model (BigQuery's endpoint =>, Snowflake's AI_COMPLETE model, FlockMTL's model_name); by default the run's model answers and a note says so.")
 @click.option("--approximate", is_flag=True, help="Approximate mode for every AI.IF: a proxy answers the rows it is sure of (recall and precision >= 0.9 vs the LLM, with probability >= 0.95); outputs say so.")
+@_model_map
 @click.option("--proxy-model", metavar="MODEL", help="Approximate mode's proxy (implies --approximate): a smaller LLM (any --model form, e.g. smollm2) or 'embeddings'; default: a smaller LLM when --model has >= 4x its parameters, else the embedding model.")
 @_embed_model
 @_handle_errors
 def run(
     query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
     output, output_all, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
-    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, workers, cluster, strict_models, approximate, proxy_model, embed_model,
+    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, workers, cluster, strict_models, model_map, approximate, proxy_model, embed_model,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
     from aisql.output import ResultPrinter
@@ -336,7 +343,7 @@ def run(
         cluster_options = ClusterOptions.from_user(cluster, workers)
     con = _connect(
         db, tables, query_dir, model=model, engine_options=options, cache=cache, read_only=_read_only(db, read_only, text, dialect),
-        embed_model=embed_model, cluster=cluster_options,
+        embed_model=embed_model, cluster=cluster_options, model_map=model_map,
     )
     progress = None
     if stderr.is_terminal and not quiet:
@@ -383,9 +390,10 @@ def run(
 @click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Also show how each AI node's prompts would be cut into shards for N engine workers (nothing is started).")
 @click.option("--cache", "cache_path", metavar="PATH", help="The result cache whose answers the plan need not pay for (default: the one `aisql run` uses).")
 @click.option("--no-cache", is_flag=True, help="Price every prompt as if nothing were cached.")
+@_model_map
 @_embed_model
 @_handle_errors
-def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt, model, hardware, price_per_hour, sample, workers, cache_path, no_cache, embed_model):
+def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt, model, hardware, price_per_hour, sample, workers, cache_path, no_cache, model_map, embed_model):
     """Show the plan of QUERY_FILE (or -e SQL) with its estimated cost against naive execution.
 
     Runs no model unless --sample is given."""
@@ -397,7 +405,7 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
     if cache_path and no_cache:
         raise AisqlError("give either --cache PATH or --no-cache, not both")
     cache = False if no_cache else (cache_path or True)  # cached answers cost nothing; sampled ones are kept
-    con = _connect(db, tables, query_dir, model=model, cache=cache, read_only=_read_only(db, read_only, text, dialect), embed_model=embed_model)
+    con = _connect(db, tables, query_dir, model=model, cache=cache, read_only=_read_only(db, read_only, text, dialect), embed_model=embed_model, model_map=model_map)
     try:
         explanation = con.explain(text, hardware=hardware, price_per_hour=price_per_hour, sample=sample, dialect=dialect, params=_parameters(params), workers=workers)
     finally:
@@ -419,9 +427,10 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
 @click.option("--cache", "cache_path", metavar="PATH", help="Result cache file (default: answers.sqlite in the user cache dir).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@_model_map
 @_embed_model
 @_handle_errors
-def shell(db, read_only, tables, dialect, model, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation, fmt, max_rows, cache_path, no_cache, debug, embed_model):
+def shell(db, read_only, tables, dialect, model, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation, fmt, max_rows, cache_path, no_cache, debug, model_map, embed_model):
     """An interactive session, as `duckdb` with no arguments: statements end at `;`, each runs
     when complete; the model loads once. Piped input runs as a script (exit 1 if a statement
     failed; Ctrl-C or SIGTERM stops it, exit 130 or 143)."""
@@ -432,7 +441,7 @@ def shell(db, read_only, tables, dialect, model, device, dtype, threads, kv_budg
     if cache_path and no_cache:
         raise AisqlError("give either --cache PATH or --no-cache, not both")
     cache = False if no_cache else (cache_path or True)
-    con = _connect(db, tables, None, model=model, engine_options=options, cache=cache, read_only=read_only, embed_model=embed_model)
+    con = _connect(db, tables, None, model=model, engine_options=options, cache=cache, read_only=read_only, embed_model=embed_model, model_map=model_map)
 
     printer = ResultPrinter(fmt, max_rows, interactive=True)
 

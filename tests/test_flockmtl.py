@@ -1,7 +1,9 @@
 """FlockMTL's SQL as its documentation writes it (aisql.sql.flockmtl): llm_filter, llm_complete,
-llm_embedding and llm_reduce run as AI.IF, AI.GENERATE, AI.EMBED and AI_AGG — planned, equal to
-naive and to the same question written in aisql's own spelling; named prompts from CREATE PROMPT;
-a model named in the query is answered by the run's model, said in a note."""
+llm_embedding and llm_reduce run as AI.IF, AI.GENERATE, AI.EMBED and AI_AGG, llm_first / llm_last /
+llm_rerank as the group's rows ranked by AI.SCORE — planned, equal to naive and to the same
+question written in aisql's own spelling; named prompts (and their versions) from CREATE PROMPT;
+CREATE SECRET / CREATE MODEL accepted with a note; a model named in the query is answered by the
+run's model, said in a note. Examples written from FlockMTL's documentation (docs/docs/)."""
 
 from __future__ import annotations
 
@@ -38,14 +40,14 @@ def test_flockmtl_calls_are_planned_and_equal_naive(make_connection, sql):
     planned = make_connection().run(sql)
     naive = make_connection().run(sql, naive=True)
     assert _rows(planned) == _rows(naive) and planned.table.num_rows > 0
-    assert "llm_" not in " ".join(node.function for node in planned.stats.nodes)  # run as aisql's own functions
+    assert all(node.function.startswith(("llm_filter(PROMPT(", "llm_complete(PROMPT(", "llm_reduce(")) for node in planned.stats.nodes)  # named as written
 
 
 def test_llm_filter_is_the_same_question_as_ai_if(make_connection):
     flock = make_connection().run(FILTER)
     native = make_connection().run(NATIVE_FILTER)
     assert _rows(flock) == _rows(native)
-    assert flock.stats.notes == ["llm_filter: model 'gpt-4' named in the query; answered by the run's model (--model)"]
+    assert len(flock.stats.notes) == 1 and flock.stats.notes[0].startswith("llm_filter: the model 'gpt-4' named in the query is answered by this run's model")
 
 
 def test_named_prompts_and_models_from_create_statements(make_connection):
@@ -56,15 +58,18 @@ def test_named_prompts_and_models_from_create_statements(make_connection):
     )
     result = make_connection().run(script)
     assert _rows(result) == _rows(make_connection().run(NATIVE_FILTER))
-    assert "CREATE MODEL 'judge' accepted: aisql answers with the run's model (--model)" in result.stats.notes
+    assert any(note.startswith("CREATE MODEL 'judge' accepted") for note in result.stats.notes)
     updated = make_connection().run(script.replace("CREATE MODEL", "UPDATE PROMPT('eco', 'Is this product cheap?');\nCREATE MODEL"))
-    assert updated.stats.nodes[0].function.startswith("AI.IF(PROMPT('Is this product cheap?")
+    assert updated.stats.nodes[0].function.startswith("llm_filter(PROMPT('Is this product cheap?")
 
 
 @pytest.mark.parametrize(
     "sql, message, position",
     [
-        ("SELECT id FROM products\nWHERE llm_first({'model_name': 'x'}, {'prompt': 'best'}, {'n': name})", "FlockMTL's llm_first is not supported yet", (2, 7)),
+        ("SELECT id FROM products\nWHERE llm_complete_json({'model_name': 'x'}, {'prompt': 'best'}, {'n': name})", "FlockMTL's llm_complete_json is not supported yet", (2, 7)),
+        ("SELECT llm_filter({'model_name': 'x'}, {'prompt': 'y', 'context_columns': [{'name': 'n'}]}) FROM products", "each context column needs 'data'", (1, 8)),
+        ("SELECT llm_filter({'model_name': 'x'}, {'prompt': 'y', 'context_columns': [{'data': name, 'type': 'image'}]}) FROM products", "image context columns", (1, 8)),
+        ("CREATE PROMPT('p', 'a');\nSELECT llm_filter({'model_name': 'x'}, {'prompt_name': 'p', 'version': 2, 'context_columns': [{'data': name}]}) FROM products", "prompt 'p' has no version 2 (it has 1)", (2, 8)),
         ("SELECT llm_filter({'model_name': 'x'}, {'prompt_name': 'nope'}, {'n': name}) FROM products", "llm_filter: no prompt named 'nope'", (1, 8)),
         ("SELECT llm_filter('x', 'y') FROM products", "llm_filter takes structs", (1, 8)),
         ("SELECT llm_complete({'model_name': 'x'}, {'text': 'y'}) FROM products", "needs 'prompt' (a string) or 'prompt_name'", (1, 8)),
@@ -87,3 +92,72 @@ def test_llm_embedding_is_ai_embed(make_connection):
     flock = make_connection().run("SELECT id, llm_embedding({'model_name': 'text-embedding-3-small'}, {'text': name}) AS e FROM products WHERE id <= 3")
     native = make_connection().run("SELECT id, AI.EMBED(name) AS e FROM products WHERE id <= 3")
     assert flock.table.to_pylist() == native.table.to_pylist()
+
+
+# ---- the current spelling: columns as context_columns in the prompt struct (FlockMTL's docs) ----
+CONTEXT_FILTER = (
+    "SELECT id, name FROM products WHERE id <= 12 AND llm_filter({'model_name': 'gpt-4o'}, "
+    "{'prompt': 'Is this product eco-friendly?', 'context_columns': [{'data': name}, {'data': description, 'name': 'description'}]})"
+)
+
+
+def test_context_columns_are_the_same_question(make_connection):
+    assert _rows(make_connection().run(CONTEXT_FILTER)) == _rows(make_connection().run(NATIVE_FILTER))
+
+
+RANKED = "{'model_name': 'gpt-4o'}, {'prompt': 'eco-friendly', 'context_columns': [{'data': name}, {'data': price}]}"
+
+
+@pytest.mark.parametrize("function", ["llm_first", "llm_last", "llm_rerank"])
+def test_ranking_functions_rank_by_each_rows_relevance(make_connection, function):
+    """llm_first / llm_last: the row of highest / lowest AI.SCORE relevance as a JSON object of its
+    context columns; llm_rerank: every row, most relevant first. Checked against the scores
+    themselves, per group, planned and naive."""
+    import json
+
+    sql = f"SELECT category, {function}({RANKED}) AS r FROM products WHERE id <= 12 GROUP BY category ORDER BY category"
+    planned = make_connection().run(sql)
+    assert planned.table.to_pylist() == make_connection().run(sql, naive=True).table.to_pylist()
+    scores = make_connection().run(
+        "SELECT category, name, price, AI.SCORE(PROMPT('Rate from 1 to 10 how relevant this row is to: eco-friendly\n\nname: {0}\nprice: {1}', name, price), "
+        "{'scale': [1, 10]}) AS s FROM products WHERE id <= 12"
+    ).table.to_pylist()
+    for row in planned.table.to_pylist():
+        group = sorted(
+            (r for r in scores if r["category"] == row["category"]),
+            key=lambda r: (-r["s"], json.dumps({"name": r["name"], "price": r["price"]}, separators=(",", ":"))),
+        )
+        objects = [{"name": r["name"], "price": r["price"]} for r in group]
+        value = json.loads(row["r"])
+        if function == "llm_rerank":
+            assert value == objects
+        else:
+            assert value in objects
+            best = group[0]["s"] if function == "llm_first" else group[-1]["s"]
+            assert next(r["s"] for r in group if {"name": r["name"], "price": r["price"]} == value) == best
+    assert planned.stats.nodes[0].function.startswith(f"{function}(PROMPT('Rate from 1 to 10")
+
+
+def test_resource_statements_as_flockmtl_writes_them(make_connection):
+    """CREATE SECRET (TYPE OPENAI, ...) is accepted with a note and never read; DELETE PROMPT 'x'
+    drops a prompt; each resource statement answers one row; UPDATE PROMPT makes version 2."""
+    con = make_connection()
+    result = con.run(
+        "CREATE SECRET (\n    TYPE OPENAI,\n    API_KEY 'your-api-key'\n);\n"
+        "CREATE PERSISTENT SECRET (TYPE OLLAMA, API_URL '127.0.0.1:11434');\n"
+        "CREATE PROMPT('eco', 'Is this product eco-friendly?');\n"
+        "UPDATE PROMPT('eco', 'Is this product cheap?');\n"
+        "SELECT id FROM products WHERE id <= 6 AND llm_filter({'model_name': 'gpt-4o', 'secret_name': 'k'}, "
+        "{'prompt_name': 'eco', 'version': 1, 'context_columns': [{'data': name}, {'data': description, 'name': 'description'}]})"
+    )
+    native = make_connection().run(NATIVE_FILTER.replace("id <= 12", "id <= 6").replace("SELECT id, name", "SELECT id"))
+    assert _rows(result) == _rows(native)
+    assert sum("CREATE SECRET (TYPE" in note and "ignored" in note for note in result.stats.notes) == 2
+    assert [table.to_pylist() for _, table in result.results[:4]] == [
+        [{"flockmtl": "secret of type OPENAI ignored"}], [{"flockmtl": "secret of type OLLAMA ignored"}],
+        [{"flockmtl": "prompt 'eco' version 1"}], [{"flockmtl": "prompt 'eco' version 2"}],
+    ]
+    deleted = make_connection().run("CREATE PROMPT('eco', 'x');\nDELETE PROMPT 'eco';\nSELECT 1")
+    assert deleted.results[1][1].to_pylist() == [{"flockmtl": "prompt 'eco' deleted"}]
+    with pytest.raises(AisqlError, match="no prompt named 'eco'"):
+        make_connection().run("CREATE PROMPT('eco', 'x');\nDELETE PROMPT 'eco';\nSELECT llm_filter({'model_name': 'm'}, {'prompt_name': 'eco'}) FROM products")

@@ -35,13 +35,15 @@ def explain_script(
     params: Parameters = None,
     workers: int | None = None,
     checkpoint_every: int = 256,
+    model_map=None,
+    resources=None,
 ) -> Explanation:
     """Plans of every statement with cost estimates, plan vs naive. No model weights are loaded
     unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate.
     `workers`: also each node's shard plan on that many engine workers (no Ray needed)."""
     source = SourceText(sql_text)
-    statements = bind_script(source, dialect, params)
-    check_endpoints(statements, session)
+    statements = bind_script(source, dialect, params, resources)
+    routes = check_endpoints(statements, session, model_map=model_map)
     sampler = SampleEvaluator(session.answering()) if sample else None
     stats = MeasuredStatistics(con, session.facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0, embedding_model=session.embedding_model)
     profile = hardware_profile(hardware, price_per_hour, cpu_calibration)
@@ -71,6 +73,7 @@ def explain_script(
         measured_load=measured.load if measured else None,
     )
     explanation.proxies = _proxies(plans, session)
+    explanation.notes = routes.notes
     if workers:
         explanation.shard_plans = _shard_plans(plans, estimates, stats, workers, checkpoint_every)
     return explanation

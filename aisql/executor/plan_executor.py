@@ -37,12 +37,20 @@ class StatementResult:
 
 class Executor:
     def __init__(
-        self, con: duckdb.DuckDBPyConnection, answering: Answering, *, naive: bool = False, embeddings: EmbeddingSource | None = None
+        self,
+        con: duckdb.DuckDBPyConnection,
+        answering: Answering,
+        *,
+        naive: bool = False,
+        embeddings: EmbeddingSource | None = None,
+        routes: dict[str, Answering] | None = None,
     ) -> None:
         """`answering` holds the engine (loaded when a prompt first needs it, so bad SQL fails
-        before loading it), the answer store, the lock and the run's options."""
+        before loading it), the answer store, the lock and the run's options. `routes`: the calls
+        (by function name) another model answers (--model-map), with that model's answering."""
         self.con = con
         self.answering = answering
+        self.routes = routes or {}
         self.naive = naive
         self.embeddings = embeddings  # the embedding model of AI.EMBED / AI.SIMILARITY
 
@@ -102,7 +110,7 @@ class Executor:
         """The node at run time: the embedding model's for AI.EMBED / AI.SIMILARITY, else the LLM's."""
         if kind_of(node.call.function.request).embedding:
             return EmbeddingRuntime(node, self._embedding_source(), self.answering)
-        return NodeRuntime(node, self.answering)
+        return NodeRuntime(node, self.routes.get(node.call.function_name, self.answering))
 
     def _embedding_source(self) -> EmbeddingSource:
         if self.embeddings is None:

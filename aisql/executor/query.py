@@ -78,6 +78,10 @@ class RunRequest:
     # recall / precision / delta / sample / seed (aisql.executor.cascade). Naive runs stay exact.
     approximate: bool | dict | None = None
     strict_models: bool = False  # a model named in the query other than the run's is refused, not answered by the run's model
+    # A model named in the query -> the model that answers it (--model-map NAME=MODEL): a dict,
+    # or "NAME=MODEL" strings. Unmapped names are answered by the run's model, with a note.
+    model_map: dict | list | None = None
+    flock: object = None  # the FlockMTL prompts a connection keeps across runs (aisql.sql.flockmtl)
 
     def __post_init__(self) -> None:
         check_run_options(
@@ -118,11 +122,11 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
     limit: first against the planner's estimate (cached prompts are free), then chunk by chunk."""
     started = time.perf_counter()
     source = SourceText(sql_text)
-    statements = bind_script(source, request.dialect, request.params)
-    model_notes = check_endpoints(statements, session, request.strict_models)
+    statements = bind_script(source, request.dialect, request.params, request.flock)
+    routes = check_endpoints(statements, session, request.strict_models, request.model_map)
     profile, budget = _pricing(request, session)
     answering = session.answering(_run_options(request, session, budget))
-    executor = Executor(con, answering, naive=request.naive, embeddings=session)
+    executor = Executor(con, answering, naive=request.naive, embeddings=session, routes=_routed(routes, session, answering))
     samples = None if request.naive else SampleEvaluator(answering)
     nodes = []
     table = None
@@ -146,10 +150,19 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
             if _returns_rows(bound.statement.ast):
                 results.append((number, table))
     stats, used = _run_stats(session, request, statements, nodes, profile, started)
-    stats.notes = model_notes + stats.notes
+    stats.notes = routes.notes + stats.notes
     if results:
         table = results[-1][1]  # the last query's rows, not a later CREATE's row count
     return QueryResult(table=table, stats=stats, model=used, results=results)
+
+
+def _routed(routes, session: ModelSession, answering):
+    """Each call a --model-map sends to another model -> that model's answering (one per model
+    per run: its own engine, loaded on first need, and its own result-cache key)."""
+    by_model: dict[str, object] = {}
+    for spec in set(routes.by_call.values()):
+        by_model[spec] = session.proxy_session(spec).answering(answering.options)
+    return {call: by_model[spec] for call, spec in routes.by_call.items()}
 
 
 def _pricing(request: RunRequest, session: ModelSession) -> tuple[Hardware | None, Budget | None]:

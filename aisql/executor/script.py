@@ -19,13 +19,14 @@ from aisql.sql.source import SourceText
 _RUNS = itertools.count(1)  # bound call names are unique per process: __aisql_<run>_ai_<n>
 
 
-def bind_script(source: SourceText, dialect: str | None = None, params: Parameters = None) -> list[BoundStatement]:
+def bind_script(source: SourceText, dialect: str | None = None, params: Parameters = None, resources=None) -> list[BoundStatement]:
     """Parse and bind every statement before anything runs, so front-end errors come first.
-    Parameter values ($1, ?, $name) go into the syntax trees as values first."""
+    Parameter values ($1, ?, $name) go into the syntax trees as values first. `resources`: the
+    FlockMTL prompts a connection keeps across calls."""
     statements = []
     calls_so_far = 0
     state: dict = {}
-    parsed = parse_script(source, dialect)
+    parsed = parse_script(source, dialect, resources)
     if params is not None or any(isinstance(n, exp.Placeholder) for s in parsed for n in s.ast.walk()):
         parsed = [
             dataclasses.replace(s, ast=bind_parameters(s.ast.copy(), params, state), parameters_bound=True) for s in parsed
@@ -51,27 +52,68 @@ def call_notes(statements: list[BoundStatement]) -> list[str]:
     return list(dict.fromkeys(notes + [note for bound in statements for call in bound.calls for note in call.notes]))
 
 
-def check_endpoints(statements: list[BoundStatement], session: ModelSession, strict: bool = False) -> list[str]:
-    """A model named in SQL (BigQuery's `endpoint =>`, Snowflake's AI_COMPLETE model) other than
-    the run's: aisql runs one model per run, so a vendor's query ports as written and is answered
-    by the run's model — said in one note per name, never silently. `strict` (--strict-models)
-    refuses it instead, with its position."""
-    named = [(bound, call) for bound in statements for call in bound.calls if call.endpoint]
+@dataclasses.dataclass(frozen=True)
+class ModelRoutes:
+    """Which model answers each AI call that names one: the calls' function names -> model spec
+    (only calls a --model-map sends to a model other than the run's), and the notes to say."""
+
+    by_call: dict[str, str]
+    notes: list[str]
+
+
+def read_model_map(entries) -> dict[str, str]:
+    """`--model-map NAME=MODEL` entries (or a dict) as {name (lowercase): model spec}."""
+    if not entries:
+        return {}
+    pairs = entries.items() if isinstance(entries, dict) else [_map_entry(entry) for entry in entries]
+    mapped: dict[str, str] = {}
+    for name, model in pairs:
+        if not isinstance(name, str) or not isinstance(model, str) or not name.strip() or not model.strip():
+            raise AisqlError(f"model_map: {name!r} -> {model!r} is not a model name and a model", hint="e.g. --model-map gpt-4o=qwen2.5-coder-0.5b")
+        mapped[name.strip().lower()] = model.strip()
+    return mapped
+
+
+def _map_entry(entry: str) -> tuple[str, str]:
+    name, equals, model = str(entry).partition("=")
+    if not equals or not name.strip() or not model.strip():
+        raise AisqlError(f"--model-map {entry!r}: write NAME=MODEL", hint="e.g. --model-map gemini-2.0-flash=smollm2")
+    return name, model
+
+
+def check_endpoints(statements: list[BoundStatement], session: ModelSession, strict: bool = False, model_map=None) -> ModelRoutes:
+    """A model named in SQL (BigQuery's `endpoint =>`, Snowflake's AI_COMPLETE model, FlockMTL's
+    model_name) other than the run's: a vendor's query ports as written and is answered by the
+    run's model — said in one note per name, never silently — or by the model `model_map` names
+    for it (--model-map NAME=MODEL: that call runs on that model, in its own engine and under its
+    own result-cache key). `strict` (--strict-models) refuses an unmapped name, with its position."""
+    mapped = read_model_map(model_map)
+    named = [call for bound in statements for call in bound.calls if call.endpoint]
     if not named:
-        return []
+        return ModelRoutes({}, [])
     model = session.resolved_model
     accepted = {model.name.lower(), model.name.rstrip("/").rsplit("/", 1)[-1].lower()}
+    if session.model_spec:
+        accepted.add(session.model_spec.lower())
     notes: list[str] = []
-    for _, call in named:
-        if call.endpoint.lower() in accepted:
+    routes: dict[str, str] = {}
+    for call in named:
+        name = call.endpoint.lower()
+        if name in mapped:
+            target = mapped[name]
+            if target.lower() not in accepted:
+                routes[call.function_name] = target
+                notes.append(f"{call.spelling}: the model {call.endpoint!r} named in the query is answered by {target} (--model-map)")
+            continue
+        if name in accepted:
             continue
         if not strict:
-            notes.append(f"{call.spelling}: the model {call.endpoint!r} named in the query is answered by this run's model ({model.name}); --strict-models refuses instead")
+            notes.append(f"{call.spelling}: the model {call.endpoint!r} named in the query is answered by this run's model ({model.name}); --model-map {call.endpoint}=MODEL chooses another, --strict-models refuses")
             continue
         raise AisqlError(
             f"{call.spelling}: the model {call.endpoint!r} named in the query is not this run's model ({model.name})",
             line=call.line,
             col=call.col,
-            hint=f"run with --model {call.endpoint} if aisql can load it, or leave the model out of the call",
+            hint=f"run with --model {call.endpoint} or --model-map {call.endpoint}=MODEL, or leave the model out of the call",
         )
-    return list(dict.fromkeys(notes))
+    return ModelRoutes(routes, list(dict.fromkeys(notes)))

@@ -24,8 +24,9 @@ class AiAgg(AggregateFunction):
         value = self.read_value(spelling, positional, named, "the values to aggregate and a task description")
         description = named.pop("task_description", None) or (positional.pop(0) if positional else None)
         instruction = self.read_instruction(spelling, description)
+        vendor = arguments.read_vendor_arguments(spelling, named)  # a model named (FlockMTL's llm_reduce)
         self.finish(spelling, positional, named)
-        return self.group_values(value), AggregateOptions(instruction), {}, arguments.VendorArguments()
+        return self.group_values(value), AggregateOptions(instruction), {}, vendor
 
 
 FUNCTION = AiAgg()

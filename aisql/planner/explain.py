@@ -46,6 +46,7 @@ class Explanation:
     cache_note: str | None = None  # what the result cache changes (everything cached), or why it was not consulted
     measured_load: float | None = None  # cores other work kept busy when the calibrating speed was measured
     proxies: dict[str, str] = field(default_factory=dict)  # node id -> approximate mode's proxy and why
+    notes: list[str] = field(default_factory=list)  # which model answers a model named in the query
 
     def tree(self) -> Tree:
         header = ""
@@ -65,6 +66,8 @@ class Explanation:
                 header += f" · + model load ~{self.load_s:.1f} s (measured)"
             if self.cache_note:
                 header += f" · {self.cache_note}"
+        for note in self.notes:
+            header += f"\nnote: {note}"
         calibrated = bool(self.hardware and self.hardware.planned_tokens_per_s)
         return plans_tree(self.plans, self.estimates, header, calibrated, self.shard_plans, self.proxies)
 
@@ -90,6 +93,8 @@ class Explanation:
 
     def to_dict(self) -> dict:
         data = {"statements": [plan_to_dict(p, e, self.shard_plans, self.proxies) for p, e in zip(self.plans, self.estimates)]}
+        if self.notes:
+            data["notes"] = list(self.notes)
         if self.hardware is not None:
             data["hardware"] = {
                 "name": self.hardware.name,

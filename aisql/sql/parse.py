@@ -18,7 +18,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from aisql.errors import SqlSyntaxError
+from aisql.errors import AisqlError, SqlSyntaxError
 from aisql.sql.dialects import DEFAULT, dialect_for
 from aisql.sql.source import SourceText
 
@@ -41,9 +41,10 @@ class Statement:
         return self.dialect == DEFAULT and not self.parameters_bound
 
 
-def parse_script(source: SourceText, dialect: str | None = None) -> list[Statement]:
+def parse_script(source: SourceText, dialect: str | None = None, resources=None) -> list[Statement]:
     """All statements of `source` (written in `dialect`, default DuckDB's), in order; raises
-    SqlSyntaxError with line/column."""
+    SqlSyntaxError with line/column. `resources`: the FlockMTL prompts a connection keeps across
+    calls (aisql.sql.flockmtl.FlockResources); a new set per call without it."""
     if not source.text.strip():
         raise SqlSyntaxError("the query is empty")
     read = dialect_for(dialect)
@@ -57,9 +58,21 @@ def parse_script(source: SourceText, dialect: str | None = None) -> list[Stateme
             col=col,
             hint="check that every ' and \" is closed",
         ) from None
+    from aisql.sql import flockmtl
+
+    # FlockMTL's resource statements (CREATE PROMPT, DELETE PROMPT 'x', CREATE SECRET (TYPE
+    # OPENAI, ...)) are not SQL sqlglot or DuckDB read: set aside here, taken in order below.
+    taken = [(a, source.text[a:b]) for a, b in _pieces(source.text, tokens) if flockmtl.is_resource(source.text[a:b])]
+    parsed_source = source
+    if taken:
+        text = source.text
+        for start, piece in taken:
+            text = text[:start] + re.sub(r"[^\n]", " ", piece) + text[start + len(piece) :]
+        parsed_source = SourceText(text)
+        tokens = sqlglot.Dialect.get_or_raise(read).tokenize(text)
     try:
         with _quiet_sqlglot():  # EXPLAIN, PRAGMA, ...: sqlglot warns as it keeps them as commands
-            asts = sqlglot.parse(source.text, read=read)
+            asts = sqlglot.parse(parsed_source.text, read=read)
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         description = _clean_description(first.get("description") or str(err))
@@ -77,25 +90,37 @@ def parse_script(source: SourceText, dialect: str | None = None) -> list[Stateme
     for ast in asts:
         if ast is not None:
             _plain_text_literals(ast, (dialect or DEFAULT).lower())
-    statements = _with_flockmtl(_split_statements(source, tokens, asts, (dialect or DEFAULT).lower()), source)
+    split = _split_statements(parsed_source, tokens, asts, (dialect or DEFAULT).lower())
+    statements = _with_flockmtl(split, source, taken, resources if resources is not None else flockmtl.FlockResources())
     if not statements:
         raise SqlSyntaxError("the query has no statement, only comments")
     return statements
 
 
-def _with_flockmtl(statements: list[Statement], source: SourceText) -> list[Statement]:
-    """FlockMTL's statements and calls read as aisql's (aisql.sql.flockmtl): its CREATE PROMPT /
-    CREATE MODEL statements are taken, not run; its llm_* calls become AI functions."""
+def _with_flockmtl(statements: list[Statement], source: SourceText, taken: list[tuple[int, str]], resources) -> list[Statement]:
+    """FlockMTL's statements and calls read as aisql's (aisql.sql.flockmtl), in script order: its
+    resource statements are taken, each answering one row that says what it did; its llm_* calls
+    become AI functions."""
     from aisql.sql import flockmtl
 
-    resources = flockmtl.FlockResources()
     kept: list[Statement] = []
-    for statement in statements:
-        if resources.take_statement(statement.text):
+    said = len(resources.notes)  # notes before this script (a connection's earlier statements) are said already
+    ordered = sorted([(s.start, s) for s in statements] + list(taken), key=lambda item: item[0])
+    for start, item in ordered:
+        if isinstance(item, str):
+            try:
+                what = resources.take_statement(item)
+            except AisqlError as err:
+                line, col = source.line_col(start + len(item) - len(item.lstrip()))
+                raise type(err)(err.message, line=line, col=col, hint=err.hint) from None
+            ast = exp.select(exp.Literal.string(what).as_("flockmtl"))
+            kept.append(Statement(ast=ast, text=ast.sql(dialect=DIALECT), start=start, notes=tuple(resources.notes[said:])))
+            said = len(resources.notes)
             continue
-        before = len(resources.notes)
+        statement = item
         flockmtl.translate(statement.ast, resources, source.at)
-        notes = tuple(resources.notes[before:]) if kept else tuple(resources.notes)
+        notes = tuple(resources.notes[said:])
+        said = len(resources.notes)
         kept.append(dataclasses.replace(statement, notes=notes) if notes else statement)
     return kept
 
@@ -162,8 +187,8 @@ def only_reads(text: str, dialect: str | None = None) -> bool:
     )
 
 
-def _split_statements(source: SourceText, tokens, asts, dialect: str) -> list[Statement]:
-    """Pair each AST with the text between semicolons, so non-AI statements run byte-for-byte."""
+def _pieces(text: str, tokens) -> list[tuple[int, int]]:
+    """(start, end) of each non-blank text between semicolons."""
     from sqlglot.tokens import TokenType
 
     pieces: list[tuple[int, int]] = []
@@ -172,8 +197,13 @@ def _split_statements(source: SourceText, tokens, asts, dialect: str) -> list[St
         if tok.token_type == TokenType.SEMICOLON:
             pieces.append((begin, tok.start))
             begin = tok.end + 1
-    pieces.append((begin, len(source.text)))
-    pieces = [(a, b) for a, b in pieces if source.text[a:b].strip()]
+    pieces.append((begin, len(text)))
+    return [(a, b) for a, b in pieces if text[a:b].strip()]
+
+
+def _split_statements(source: SourceText, tokens, asts, dialect: str) -> list[Statement]:
+    """Pair each AST with the text between semicolons, so non-AI statements run byte-for-byte."""
+    pieces = _pieces(source.text, tokens)
     statements = [ast for ast in asts if ast is not None]
     if len(pieces) != len(statements):  # comments-only pieces etc.: fall back to generated SQL
         return [Statement(ast=a, text=a.sql(dialect=DIALECT), start=0) for a in statements]

@@ -70,6 +70,7 @@ def _arguments(call: exp.Expression) -> list[exp.Expression]:
 
 
 def _split_args(node: exp.Expression, function: AIFunction, spelling: str, args: list[exp.Expression]) -> RawAICall:
+    spelling = node.meta.get("written_as", spelling)  # a call rewritten from another spelling (FlockMTL's llm_filter)
     positional: list[exp.Expression] = []
     named: dict[str, exp.Expression] = {}
     for arg in args:

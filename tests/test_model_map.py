@@ -1,0 +1,80 @@
+"""A model named in a query (BigQuery's `endpoint =>`, Snowflake's AI_COMPLETE model, FlockMTL's
+model_name): answered by the run's model with a note; by the model `model_map` / `--model-map
+NAME=MODEL` names for it (that call runs on that model, cached under its own key); refused with
+`strict_models`. The second model is the tiny one with its weights shaken: other answers."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from aisql.errors import AisqlError
+from conftest import load_example_tables
+
+QUERY = "SELECT id, AI.SCORE(PROMPT('Rate from 1 to 5 how cheap this is: {0}', name), endpoint => 'gpt-4o') AS cheap FROM products WHERE id <= 12 ORDER BY id"
+NATIVE = QUERY.replace(", endpoint => 'gpt-4o'", "")
+
+
+@pytest.fixture(scope="module")
+def other_model(tmp_path_factory):
+    """Another model: the tiny one's weights plus as much noise again (answers that differ)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from aisql.engine.model.tiny import tiny_model_dir
+
+    target = tmp_path_factory.mktemp("models") / "tiny-other"
+    shutil.copytree(tiny_model_dir(), target)
+    (target / "AISQL_TINY.json").unlink()
+    weights = load_file(target / "model.safetensors")
+    generator = torch.Generator().manual_seed(1)
+    save_file({k: v + v.std() * torch.randn(v.shape, generator=generator) for k, v in weights.items()}, target / "model.safetensors", metadata={"format": "pt"})
+    return str(target)
+
+
+def _answers(result):
+    return [row["cheap"] for row in result.table.to_pylist()]
+
+
+def test_a_mapped_name_is_answered_by_its_model(make_connection, other_model):
+    from aisql.api import Connection
+
+    mapped = make_connection(model_map={"GPT-4o": other_model}).run(QUERY)
+    with Connection(model=other_model, cache=False) as con:
+        load_example_tables(con)
+        theirs = con.run(NATIVE)
+    ours = make_connection().run(NATIVE)
+    assert _answers(mapped) == _answers(theirs)
+    assert _answers(mapped) != _answers(ours)  # the shaken model answers otherwise: the map was followed
+    assert mapped.stats.notes[0] == (f"AI.SCORE: the model 'gpt-4o' named in the query is answered by {other_model} (--model-map)")
+    naive = make_connection(model_map={"gpt-4o": other_model}).run(QUERY, naive=True)
+    assert _answers(naive) == pytest.approx(_answers(mapped), rel=1e-6)  # batched vs one row: float32 sums
+
+
+def test_unmapped_names_are_the_runs_model_with_a_note_and_strict_refuses(make_connection, other_model):
+    plain = make_connection().run(QUERY)
+    assert _answers(plain) == _answers(make_connection().run(NATIVE))
+    assert "--model-map gpt-4o=MODEL chooses another" in plain.stats.notes[0]
+    with pytest.raises(AisqlError) as err:
+        make_connection().run(QUERY, strict_models=True)
+    assert "'gpt-4o' named in the query is not this run's model" in err.value.message and err.value.line == 1
+    assert make_connection(model_map={"gpt-4o": other_model}).run(QUERY, strict_models=True).table.num_rows == 12
+    to_itself = make_connection(model_map={"gpt-4o": "tiny"}).run(QUERY)  # mapped to the run's model: no note
+    assert not any("gpt-4o" in note for note in to_itself.stats.notes) and _answers(to_itself) == _answers(plain)
+
+
+def test_explain_says_which_model_answers(make_connection, other_model):
+    explanation = make_connection(model_map={"gpt-4o": other_model}).explain(QUERY)
+    assert f"answered by {other_model} (--model-map)" in " ".join(str(explanation).split())
+    assert explanation.to_dict()["notes"]
+
+
+@pytest.mark.parametrize("entry", ["gpt-4o", "=tiny", "gpt-4o="])
+def test_a_bad_entry_is_one_line(entry):
+    done = subprocess.run(
+        [sys.executable, "-m", "aisql", "run", "--model-map", entry, "-e", "SELECT 1"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0 and "--model-map" in done.stderr and "NAME=MODEL" in done.stderr and "Traceback" not in done.stderr
