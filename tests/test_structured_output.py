@@ -162,6 +162,23 @@ def test_extract_snowflake_forms(make_connection):
     assert str(questions.schema.field("r").type) == "struct<Which product?: string>"
 
 
+SNOWFLAKE_SCHEMA = (
+    "{'schema': {'type': 'object', 'properties': {"
+    "'product': {'description': 'Which product is reviewed?', 'type': 'string'}, "
+    "'stars': {'description': 'How many stars, 1 to 5?', 'type': 'integer'}, "
+    "'issues': {'description': 'What went wrong?', 'type': 'array', 'items': {'type': 'string'}}}}}"
+)
+
+
+@pytest.mark.parametrize("form", [SNOWFLAKE_SCHEMA, "PARSE_JSON('" + SNOWFLAKE_SCHEMA.replace("'", '"') + "')"], ids=["object", "json-string"])
+def test_extract_snowflake_json_schema_form(make_connection, form):
+    """Snowflake's fourth responseFormat: a JSON schema, whose properties keep their types."""
+    table = make_connection().run(f"SELECT AI_EXTRACT(text => review, responseFormat => {form}) AS r FROM reviews WHERE id <= 3", dialect="snowflake").table
+    assert str(table.schema.field("r").type) == "struct<product: string, stars: int64, issues: list<l: string>>"
+    for value in table.column("r").to_pylist():
+        assert value["stars"] is None or isinstance(value["stars"], int)
+
+
 def test_a_budget_below_the_shortest_document_is_an_error(make_connection):
     with pytest.raises(AisqlError) as err:
         make_connection().run(f"SELECT AI.GENERATE(review, output_schema => '{SCHEMA}', max_tokens => 5) FROM reviews")
@@ -189,7 +206,8 @@ def test_explain_counts_the_output_tokens(make_connection):
         ("SELECT AI.GENERATE(review, output_schema => 'a STRING', temperature => 0.5) FROM reviews", "decodes greedily"),
         ("SELECT AI_EXTRACT(review) FROM reviews", "needs a response format"),
         ("SELECT AI_EXTRACT(file => review, responseFormat => ['a?']) FROM reviews", "file =>"),
-        ("SELECT AI_EXTRACT(review, {'schema': 'x'}) FROM reviews", "JSON-schema form"),
+        ("SELECT AI_EXTRACT(review, {'schema': 'x'}) FROM reviews", "the schema needs 'properties'"),
+        ("SELECT AI_EXTRACT(review, {'schema': {'type': 'object', 'properties': {'t': {'type': 'object'}}}}) FROM reviews", "has type 'object'"),
         ("SELECT AI_EXTRACT(review, 'what?') FROM reviews", "must be an object or an array"),
     ],
 )

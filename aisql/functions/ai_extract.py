@@ -2,14 +2,17 @@
 question (Snowflake AI_EXTRACT; LOTUS sem_extract).
 
 `responseFormat` as Snowflake documents it: an object `{'name': 'What is the last name?', ...}`,
-an array of questions (each its own field name), an array of [name, question] pairs, or an array
-of 'name: question' strings; a question starting with "List:" is a list of strings. Every field
-is VARCHAR (VARCHAR[] for lists) and NULL where the text does not say. Decoding is held to the
+an array of questions (each its own field name), an array of [name, question] pairs, an array
+of 'name: question' strings — a question starting with "List:" is a list of strings, every other
+field VARCHAR — or a JSON schema, `{'schema': {'type': 'object', 'properties': {'name':
+{'description': 'the question', 'type': 'string'}, ...}}}`, whose fields keep their types
+(string, number, integer, boolean, or an array of one of them). NULL where the text does not say. Decoding is held to the
 JSON document of those fields (aisql.engine.decoding.json_constraint), so every answer parses.
 
 Snowflake returns an OBJECT `{"response": {...}, "error": null}`; aisql returns the response
 STRUCT itself (the compatibility rule: plain values) — `AI_EXTRACT(...).name` reads a field.
-Snowflake's JSON-schema form and `file =>` (staged documents) are not supported: a clear error.
+Not supported, each a clear error: `file =>` (staged documents), nested objects in a schema
+(Snowflake's table extraction).
 """
 
 from __future__ import annotations
@@ -64,11 +67,12 @@ class AiExtract(AIFunction):
             node = positional.pop(0)
         if node is None:
             raise BindError(f"{spelling} needs a response format: the questions to answer", hint=HINT)
-        pairs = _questions(spelling, node)
-        fields = []
-        for name, question in pairs:
-            is_list = question.strip().lower().startswith("list:")
-            fields.append(Field(name, "string", is_list))
+        schema = _schema_fields(spelling, node)
+        if schema is not None:
+            fields, pairs = [f for f, _ in schema], [(f.name, q) for f, q in schema]
+        else:
+            pairs = _questions(spelling, node)
+            fields = [Field(name, "string", question.strip().lower().startswith("list:")) for name, question in pairs]
         checked = structured_output.check_fields(spelling, fields)
         budget_node = named.pop("max_tokens", None)
         budget = arguments.read_max_tokens(spelling, budget_node) if budget_node is not None else min(arguments.MAX_MAX_TOKENS, 16 + TOKENS_PER_FIELD * len(checked))
@@ -106,10 +110,7 @@ def _questions(spelling: str, node: exp.Expression) -> list[tuple[str, str]]:
             value = arguments.literal_value(item.expression) if isinstance(item, (exp.PropertyEQ, exp.Slice, exp.Kwarg)) else None
             if not isinstance(value, str):
                 raise BindError(f"{spelling}: each responseFormat entry must be 'name': 'question'", hint=HINT)
-            key = item.this.name
-            if key.lower() == "schema":
-                raise BindError(f"{spelling}: the JSON-schema form of responseFormat is not supported; give questions", hint=HINT)
-            pairs.append((key, value))
+            pairs.append((item.this.name, value))
         return pairs
     if isinstance(node, exp.Array):
         pairs = []
@@ -130,6 +131,45 @@ def _questions(spelling: str, node: exp.Expression) -> list[tuple[str, str]]:
             pairs.append((name, question))
         return pairs
     raise BindError(f"{spelling}: responseFormat must be an object or an array of questions, got {node.sql(dialect='duckdb')}", hint=HINT)
+
+
+JSON_TYPES = ("string", "number", "integer", "boolean")
+
+
+def _schema_fields(spelling: str, node: exp.Expression) -> list[tuple[Field, str]] | None:
+    """The JSON-schema form, `{'schema': {'type': 'object', 'properties': {...}}}` (also as a
+    JSON string): each property a typed field, its description the question. None for the other
+    forms."""
+    value = arguments.constant_value(node)
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        import json
+
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, dict) or set(k.lower() for k in value) != {"schema"}:
+        return None
+    schema = next(iter(value.values()))
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict) or not properties:
+        raise BindError(f"{spelling}: the schema needs 'properties': {{'field': {{'description': '...', 'type': 'string'}}, ...}}", hint=HINT)
+    out = []
+    for name, spec in properties.items():
+        if not isinstance(spec, dict):
+            raise BindError(f"{spelling}: schema property {name!r} must be an object with a type", hint=HINT)
+        kind, array = spec.get("type", "string"), False
+        if kind == "array":
+            items = spec.get("items") or {"type": "string"}
+            kind, array = (items.get("type", "string") if isinstance(items, dict) else None), True
+        if kind not in JSON_TYPES:
+            raise BindError(
+                f"{spelling}: schema property {name!r} has type {spec.get('type')!r}; supported: {', '.join(JSON_TYPES)} or an array of one",
+                hint="nested objects (Snowflake's table extraction) are not supported",
+            )
+        question = spec.get("description") or name
+        out.append((Field(str(name), kind, array), str(question)))
+    return out
 
 
 FUNCTION = AiExtract()

@@ -39,6 +39,48 @@ def literal_value(node: exp.Expression) -> Any:
     return None
 
 
+_NOT_CONSTANT = object()
+
+
+def constant_value(node: exp.Expression) -> Any:
+    """The Python value of a constant written in SQL: literals, struct / object literals (a dict,
+    keys as written), arrays (a list), TRUE/FALSE/NULL, a JSON string (parsed). `NOT_CONSTANT`
+    for anything else (a column, a call)."""
+    import json
+
+    if isinstance(node, exp.Struct):
+        out = {}
+        for item in node.expressions:
+            if not isinstance(item, (exp.PropertyEQ, exp.Slice, exp.Kwarg, exp.EQ)):
+                return NOT_CONSTANT
+            key = item.this
+            name = key.this if isinstance(key, exp.Literal) else key.name
+            value = constant_value(item.expression)
+            if value is NOT_CONSTANT:
+                return NOT_CONSTANT
+            out[name] = value
+        return out
+    if isinstance(node, (exp.Array, exp.Tuple)):
+        values = [constant_value(item) for item in node.expressions]
+        return NOT_CONSTANT if any(v is NOT_CONSTANT for v in values) else values
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, (exp.ParseJSON, exp.JSON)) or (isinstance(node, exp.Cast) and node.to.is_type("json")):
+        text = literal_value(node.this)
+        if isinstance(text, str):
+            try:
+                return json.loads(text)
+            except ValueError:
+                return NOT_CONSTANT
+    value = literal_value(node)
+    return NOT_CONSTANT if value is None else value
+
+
+NOT_CONSTANT = _NOT_CONSTANT
+
+
 def check_labels(spelling: str, labels: Sequence[str | None]) -> tuple[str, ...]:
     """At least two labels, none NULL, empty or repeated."""
     seen: list[str] = []
