@@ -135,7 +135,7 @@ ERRORS = [
     ("SELECT AI.IF() FROM t", BindError, "needs a prompt", (1, 8)),
     ("SELECT AI.CLASSIFY(x) FROM t", BindError, "needs a list of labels", (1, 8)),
     ("SELECT AI.CLASSIFY(x, 'a') FROM t", BindError, "labels must be a list", (1, 8)),
-    ("SELECT AI.CLASSIFY(x, [1, 2]) FROM t", BindError, "labels must be string literals", (1, 8)),
+    ("SELECT AI.CLASSIFY(x, [1, 2]) FROM t", BindError, "labels must be strings, got 1", (1, 8)),
     ("SELECT AI.CLASSIFY(x, []) FROM t", BindError, "at least two labels", (1, 8)),
     ("SELECT AI.CLASSIFY(x, ['a', 'a']) FROM t", BindError, "appears twice", (1, 8)),
     ("SELECT AI.CLASSIFY(x, ['a', ' ']) FROM t", BindError, "a label is empty", (1, 8)),

@@ -64,7 +64,7 @@ def test_vendor_arguments_noted_or_refused(bq):
     # a vendor's model name: the run's model answers, and says so (--strict-models refuses)
     ported = bq.run("SELECT AI.IF(('x', review), endpoint => 'gemini-2.5-flash') FROM shop.reviews")
     assert ported.table.num_rows == 3
-    assert "AI.IF: the model 'gemini-2.5-flash' named in the query is answered by this run's model (tiny); --strict-models refuses instead" in ported.stats.notes
+    assert "AI.IF: the model 'gemini-2.5-flash' named in the query is answered by this run's model (tiny); --model-map gemini-2.5-flash=MODEL chooses another, --strict-models refuses" in ported.stats.notes
     with pytest.raises(AisqlError, match="'gemini-2.5-flash' named in the query is not this run's model") as info:
         bq.run("SELECT AI.IF(('x', review), endpoint => 'gemini-2.5-flash') FROM shop.reviews", strict_models=True)
     assert info.value.line == 1

@@ -12,7 +12,8 @@ from aisql.engine.model.calibrate import cpu_calibration
 from aisql.executor import throughput
 from aisql.executor.measured_statistics import MeasuredStatistics
 from aisql.executor.request_kinds import kind_of
-from aisql.executor.script import bind_script, check_endpoints
+from aisql.executor.script import bind_script, check_endpoints, constants_of
+from aisql.functions.arguments import constants_from
 from aisql.executor.selectivity_samples import SampleEvaluator
 from aisql.executor.session import ModelSession
 from aisql.planner import PlanningContext, plan_statement
@@ -42,7 +43,8 @@ def explain_script(
     unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate.
     `workers`: also each node's shard plan on that many engine workers (no Ray needed)."""
     source = SourceText(sql_text)
-    statements = bind_script(source, dialect, params, resources)
+    with constants_from(constants_of(con)):
+        statements = bind_script(source, dialect, params, resources)
     routes = check_endpoints(statements, session, model_map=model_map)
     sampler = SampleEvaluator(session.answering()) if sample else None
     stats = MeasuredStatistics(con, session.facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0, embedding_model=session.embedding_model)

@@ -27,7 +27,8 @@ from aisql.executor.measured_statistics import MeasuredStatistics
 from aisql.executor.plan_executor import Executor
 from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.run_stats import RunStats
-from aisql.executor.script import bind_script, call_notes, check_endpoints, has_ai
+from aisql.functions.arguments import constants_from
+from aisql.executor.script import bind_script, call_notes, check_endpoints, constants_of, has_ai
 from aisql.executor.selectivity_samples import SampleEvaluator
 from aisql.executor.session import ModelSession, ModelUsed
 from aisql.planner import PlanningContext, plan_statement
@@ -122,7 +123,8 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
     limit: first against the planner's estimate (cached prompts are free), then chunk by chunk."""
     started = time.perf_counter()
     source = SourceText(sql_text)
-    statements = bind_script(source, request.dialect, request.params, request.flock)
+    with constants_from(constants_of(con)):  # labels from a subquery read the user's tables
+        statements = bind_script(source, request.dialect, request.params, request.flock)
     routes = check_endpoints(statements, session, request.strict_models, request.model_map)
     profile, budget = _pricing(request, session)
     answering = session.answering(_run_options(request, session, budget))

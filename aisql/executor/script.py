@@ -52,6 +52,17 @@ def call_notes(statements: list[BoundStatement]) -> list[str]:
     return list(dict.fromkeys(notes + [note for bound in statements for call in bound.calls for note in call.notes]))
 
 
+def constants_of(con):
+    """A constant expression's value (an argument that is the same for every row, e.g. labels from
+    a subquery), computed by the user's DuckDB connection `con`."""
+
+    def evaluate(sql: str):
+        rows = con.execute("SELECT " + sql).fetchall()  # fetched whole: the connection is free again
+        return rows[0][0]
+
+    return evaluate
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelRoutes:
     """Which model answers each AI call that names one: the calls' function names -> model spec

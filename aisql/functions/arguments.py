@@ -7,8 +7,11 @@ label list or a token budget is valid in one place exactly when it is valid in t
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from sqlglot import exp
 
@@ -51,11 +54,14 @@ def constant_value(node: exp.Expression) -> Any:
     if isinstance(node, exp.Struct):
         out = {}
         for item in node.expressions:
-            if not isinstance(item, (exp.PropertyEQ, exp.Slice, exp.Kwarg, exp.EQ)):
+            if isinstance(item, exp.Alias):  # BigQuery: STRUCT('a' AS label)
+                name, value = item.alias, constant_value(item.this)
+            elif isinstance(item, (exp.PropertyEQ, exp.Slice, exp.Kwarg, exp.EQ)):
+                key = item.this
+                name = key.this if isinstance(key, exp.Literal) else key.name
+                value = constant_value(item.expression)
+            else:
                 return NOT_CONSTANT
-            key = item.this
-            name = key.this if isinstance(key, exp.Literal) else key.name
-            value = constant_value(item.expression)
             if value is NOT_CONSTANT:
                 return NOT_CONSTANT
             out[name] = value
@@ -79,6 +85,47 @@ def constant_value(node: exp.Expression) -> Any:
 
 
 NOT_CONSTANT = _NOT_CONSTANT
+
+# How a constant expression's value is computed at bind time (labels from an expression or a
+# subquery): set by a run or explain to the user's DuckDB connection; else a fresh in-memory one.
+CONSTANTS: ContextVar[Callable[[str], Any] | None] = ContextVar("aisql_constants", default=None)
+
+
+@contextmanager
+def constants_from(evaluate: Callable[[str], Any]):
+    token = CONSTANTS.set(evaluate)
+    try:
+        yield
+    finally:
+        CONSTANTS.reset(token)
+
+
+def _reads_the_row(column: exp.Column, root: exp.Expression) -> bool:
+    """Is `column` a column of the row (not one of a subquery inside `root`)?"""
+    parent = column.parent
+    while parent is not None and parent is not root:
+        if isinstance(parent, exp.Select):
+            return False
+        parent = parent.parent
+    return True
+
+
+def evaluate_constant(spelling: str, node: exp.Expression, what: str) -> Any:
+    """The value of `node`, an expression that does not depend on the row (a function of
+    constants, or a scalar subquery), computed once by DuckDB at bind time."""
+    import duckdb
+
+    if not isinstance(node, exp.Subquery) and any(_reads_the_row(column, node) for column in node.find_all(exp.Column)):
+        raise BindError(f"{spelling}: the {what} must be the same for every row, got {node.sql(dialect='duckdb')}", hint="a list, a constant expression, or a scalar subquery")
+    sql = node.sql(dialect="duckdb")
+    evaluate = CONSTANTS.get() or (lambda text: duckdb.connect().execute("SELECT " + text).fetchone()[0])
+    try:
+        return evaluate(sql)
+    except duckdb.Error as err:
+        raise BindError(
+            f"{spelling}: cannot compute the {what} {sql}: {str(err).splitlines()[0]}",
+            hint="they are computed before the script runs: a subquery reads tables that exist then",
+        ) from None
 
 
 def check_labels(spelling: str, labels: Sequence[str | None]) -> tuple[str, ...]:

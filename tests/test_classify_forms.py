@@ -1,0 +1,81 @@
+"""AI_CLASSIFY / AI.CLASSIFY as the vendors document them (Snowflake AI_CLASSIFY, BigQuery
+AI.CLASSIFY): labels with descriptions, labels from an expression or a subquery, the task
+description, and multi-label output (`output_mode` 'multi': one yes/no per category, a list).
+Examples written from the vendors' documentation pages, run with --dialect."""
+
+from __future__ import annotations
+
+import pytest
+
+from aisql.errors import AisqlError
+
+POSTS = "CREATE TABLE posts AS SELECT * FROM (VALUES (1, 'I dream of backpacking across South America.'), (2, 'Slow-cooked ragu: my recipe'), (3, 'Best hiking trails near Lima')) v(id, body)"
+
+
+@pytest.fixture
+def con(make_connection):
+    connection = make_connection()
+    connection.duckdb.execute(POSTS)
+    connection.duckdb.execute("CREATE TABLE topics AS SELECT * FROM (VALUES ('travel'), ('cooking')) t(name)")
+    return connection
+
+
+def _column(result, name="c"):
+    return [row[name] for row in result.table.to_pylist()]
+
+
+def test_described_labels_are_listed_with_their_descriptions(con):
+    snowflake = con.run("SELECT AI_CLASSIFY(body, [{'label': 'travel', 'description': 'trips and places'}, {'label': 'cooking'}]) AS c FROM posts ORDER BY id", dialect="snowflake")
+    bigquery = con.run("SELECT AI.CLASSIFY(body, categories => [('travel', 'trips and places'), ('cooking', '')]) AS c FROM posts ORDER BY id", dialect="bigquery")
+    assert set(_column(snowflake)) <= {"travel", "cooking"} and _column(snowflake) == _column(bigquery)
+    assert "descriptions ['trips and places', None]" in snowflake.stats.nodes[0].function
+
+
+def test_labels_from_an_expression_or_a_subquery_equal_the_list(con):
+    listed = _column(con.run("SELECT AI.CLASSIFY(body, ['travel', 'cooking']) AS c FROM posts ORDER BY id"))
+    assert _column(con.run("SELECT AI.CLASSIFY(body, string_split('travel,cooking', ',')) AS c FROM posts ORDER BY id")) == listed
+    assert _column(con.run("SELECT AI.CLASSIFY(body, (SELECT list(name ORDER BY name DESC) FROM topics)) AS c FROM posts ORDER BY id")) == listed
+    assert _column(con.run("SELECT AI_CLASSIFY(body, ARRAY_CONSTRUCT('travel', 'cooking')) AS c FROM posts ORDER BY id", dialect="snowflake")) == listed
+    with pytest.raises(AisqlError, match="must be the same for every row"):
+        con.run("SELECT AI.CLASSIFY(body, [body, 'x']) FROM posts")
+
+
+def test_task_description_leads_the_instruction(con):
+    result = con.run("SELECT AI_CLASSIFY(body, ['travel', 'cooking'], {'task_description': 'The topic of a blog post'}) AS c FROM posts", dialect="snowflake")
+    assert "task_description 'The topic of a blog post'" in result.stats.nodes[0].function
+
+
+@pytest.mark.parametrize(
+    "dialect, sql",
+    [
+        ("snowflake", "SELECT id, AI_CLASSIFY(body, ['travel', 'cooking', 'sports'], {'output_mode': 'multi'}) AS c FROM posts ORDER BY id"),
+        ("bigquery", "SELECT id, AI.CLASSIFY(body, categories => ['travel', 'cooking', 'sports'], output_mode => 'multi') AS c FROM posts ORDER BY id"),
+    ],
+)
+def test_multi_label_is_one_yes_no_per_category(con, dialect, sql):
+    """Each category's answer is the AI.IF of the input and that category's question; the list
+    holds the categories answered Yes, in the order written; planned equals naive."""
+    result = con.run(sql, dialect=dialect)
+    assert len(result.stats.nodes) == 3
+    assert result.table.to_pylist() == con.run(sql, dialect=dialect, naive=True).table.to_pylist()
+    for category in ("travel", "cooking", "sports"):
+        alone = con.run(
+            "SELECT id, AI.IF(PROMPT('{0}\n\nDoes this belong to the category \"%s\"? Answer Yes or No.', body)) AS c FROM posts ORDER BY id" % category
+        )
+        for row, yes in zip(result.table.to_pylist(), _column(alone)):
+            assert (category in row["c"]) == yes
+    assert str(result.table.schema.field("c").type) == "list<l: string>" or "list" in str(result.table.schema.field("c").type)
+
+
+@pytest.mark.parametrize(
+    "sql, message",
+    [
+        ("SELECT AI_CLASSIFY(body, ['a', 'b'], {'output_mode': 'several'}) FROM posts", "output_mode must be 'single' or 'multi'"),
+        ("SELECT AI_CLASSIFY(body, [{'name': 'a'}, 'b']) FROM posts", "needs 'label'"),
+        ("SELECT AI.CLASSIFY(body, (SELECT list(name) FROM no_such_table)) FROM posts", "cannot compute the labels"),
+    ],
+)
+def test_bad_forms_are_one_located_error(con, sql, message):
+    with pytest.raises(AisqlError) as err:
+        con.run(sql, dialect="snowflake")
+    assert message in err.value.message and err.value.line == 1
