@@ -12,7 +12,7 @@ def summary_line(result, output: str | None = None) -> str:
     parts = [f"{rows}{where}"]
     if result.stats.nodes:
         parts.append(
-            f"AI: {totals['prompts_total']:,} prompts, {totals['prompts_unique']:,} unique, "
+            f"AI: {totals['prompts_total']:,} prompt{'' if totals['prompts_total'] == 1 else 's'}, {totals['prompts_unique']:,} unique, "
             f"{totals['prompts_evaluated']:,} evaluated"
             + (f", {totals['prompts_cached']:,} from the result cache" if totals["prompts_cached"] else "")
         )

@@ -5,7 +5,9 @@ Each vendor's dialect is sqlglot's, with one change: a call written `AI.<NAME>(.
 as a plain (anonymous) function call, whatever NAME is. sqlglot's BigQuery parser otherwise
 reads `AI.IF(` as SQL's IF (three arguments, rendered back as `CASE WHEN`) and gives some
 `AI.*` names its own argument layouts; aisql's binder wants the arguments exactly as written
-(`aisql.sql.recognize`). Everything relational is then written out in DuckDB's dialect
+(`aisql.sql.recognize`) — except the table-valued `AI.GENERATE_TEXT(MODEL m, TABLE t, ...)` /
+`AI.GENERATE_TABLE(MODEL m, ...)`, which sqlglot reads into its own nodes (aisql.sql.table_functions
+rewrites them). Everything relational is then written out in DuckDB's dialect
 (`FLOAT64` -> `DOUBLE`, `\"\"\"...\"\"\"` strings, backquoted names), which is what runs.
 """
 
@@ -24,7 +26,8 @@ class _AICallsAsWritten:
 
     def _parse_function_call(self, functions=None, anonymous=False, optional_parens=True, any_token=False):
         index = self._index
-        if index >= 2 and self._tokens[index - 1].token_type == TokenType.DOT and self._tokens[index - 2].text.upper() == "AI":
+        table_valued = len(self._tokens) > index + 2 and self._tokens[index + 2].text.upper() == "MODEL"  # AI.GENERATE_TEXT(MODEL m, ...)
+        if index >= 2 and self._tokens[index - 1].token_type == TokenType.DOT and self._tokens[index - 2].text.upper() == "AI" and not table_valued:
             anonymous = True
         return super()._parse_function_call(functions, anonymous, optional_parens, any_token)
 

@@ -101,7 +101,7 @@ def _with_flockmtl(statements: list[Statement], source: SourceText, taken: list[
     """FlockMTL's statements and calls read as aisql's (aisql.sql.flockmtl), in script order: its
     resource statements are taken, each answering one row that says what it did; its llm_* calls
     become AI functions."""
-    from aisql.sql import flockmtl, multi_label
+    from aisql.sql import flockmtl, multi_label, table_functions
 
     kept: list[Statement] = []
     said = len(resources.notes)  # notes before this script (a connection's earlier statements) are said already
@@ -120,6 +120,7 @@ def _with_flockmtl(statements: list[Statement], source: SourceText, taken: list[
         statement = item
         flockmtl.translate(statement.ast, resources, source.at)
         multi_label.translate(statement.ast, source.at)
+        resources.notes.extend(table_functions.translate(statement.ast, source.at))
         notes = tuple(resources.notes[said:])
         said = len(resources.notes)
         kept.append(dataclasses.replace(statement, notes=notes) if notes else statement)
