@@ -161,3 +161,14 @@ def test_resource_statements_as_flockmtl_writes_them(make_connection):
     assert deleted.results[1][1].to_pylist() == [{"flockmtl": "prompt 'eco' deleted"}]
     with pytest.raises(AisqlError, match="no prompt named 'eco'"):
         make_connection().run("CREATE PROMPT('eco', 'x');\nDELETE PROMPT 'eco';\nSELECT llm_filter({'model_name': 'm'}, {'prompt_name': 'eco'}) FROM products")
+
+
+def test_named_prompts_live_across_a_connections_statements(make_connection):
+    """The shell and a Python connection run one statement at a time: a prompt created by one is
+    there for the next, as in a FlockMTL session."""
+    con = make_connection()
+    assert con.run("CREATE PROMPT('eco', 'Is this product eco-friendly?')").table.to_pylist() == [{"flockmtl": "prompt 'eco' version 1"}]
+    named = con.run(FILTER.replace("{'prompt': 'Is this product eco-friendly?'}", "{'prompt_name': 'eco'}"))
+    assert _rows(named) == _rows(make_connection().run(NATIVE_FILTER))
+    with pytest.raises(AisqlError, match="no prompt named 'eco'"):
+        make_connection().run(FILTER.replace("{'prompt': 'Is this product eco-friendly?'}", "{'prompt_name': 'eco'}"))

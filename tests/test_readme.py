@@ -1,7 +1,8 @@
-"""The README runs as written: every ```sh and ```python block is executed, unless the line before
-it is a `<!-- readme-test: skip (reason) -->` comment (set-up commands, which .ci/run runs; a
-Ray cluster). The `<!-- readme-test: server -->` block is started as written (its --port made a
-free one) and the `<!-- readme-test: client -->` block runs against it.
+"""The README and the reference in docs/ run as written: every ```sh and ```python block is
+executed, unless the line before it is a `<!-- readme-test: skip (reason) -->` comment (set-up
+commands, which .ci/run runs; a Ray cluster; a download). The `<!-- readme-test: server -->` block
+is started as written (its --port made a free one) and the `<!-- readme-test: client -->` block
+runs against it. The README stays a front door: under 150 lines.
 
 Shell blocks run line by line from a copy of the repository root's `examples/` (so the commands'
 paths are the repository's, and what they write stays out of the checkout), with the tiny model
@@ -29,12 +30,18 @@ ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"(?:<!-- readme-test: (?P<tag>\w+)[^>]*-->\n)?```(?P<lang>sh|python)\n(?P<body>.*?)```", re.S)
 
 
-def blocks() -> list[tuple[str, str, str, int]]:
-    text = (ROOT / "README.md").read_text()
-    return [
-        (m.group("tag") or "run", m.group("lang"), m.group("body"), text[: m.start()].count("\n") + 1)
-        for m in FENCE.finditer(text)
-    ]
+DOCUMENTS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+
+
+def blocks() -> list[tuple[str, str, str, str]]:
+    """(tag, language, body, where: 'FILE line N') of every runnable block."""
+    found = []
+    for document in DOCUMENTS:
+        text = document.read_text()
+        for m in FENCE.finditer(text):
+            where = f"{document.relative_to(ROOT)} line {text[: m.start()].count(chr(10)) + 1}"
+            found.append((m.group("tag") or "run", m.group("lang"), m.group("body"), where))
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -48,25 +55,34 @@ def scratch(tmp_path_factory):
 
 def test_every_block_is_run_or_says_why_not():
     found = blocks()
-    assert len(found) >= 7
-    for tag, _, _, line in found:
-        assert tag in ("run", "skip", "server", "client"), f"README line {line}: unknown readme-test tag {tag!r}"
+    assert len(found) >= 12
+    for tag, _, _, where in found:
+        assert tag in ("run", "skip", "server", "client"), f"{where}: unknown readme-test tag {tag!r}"
 
 
-@pytest.mark.parametrize("tag, lang, body, line", [b for b in blocks() if b[0] == "run" and b[1] == "sh"], ids=lambda v: str(v) if isinstance(v, int) else None)
+def test_the_readme_is_a_front_door():
+    """What it is, the two set-up commands, one example with its output, where to go next: the
+    reference lives in docs/, and every docs page is linked from the README."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 150
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"docs/{page.name}" in text, f"README does not link docs/{page.name}"
+
+
+@pytest.mark.parametrize("tag, lang, body, line", [b for b in blocks() if b[0] == "run" and b[1] == "sh"], ids=lambda v: v if isinstance(v, str) and " line " in v else None)
 def test_shell_block(scratch, tag, lang, body, line):
     directory, env = scratch
     for command in [c for c in body.splitlines() if c.strip() and not c.lstrip().startswith("#")]:
         done = subprocess.run(["bash", "-c", command], cwd=directory, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-        assert done.returncode == 0, f"README line {line}: {command}\n{done.stderr[-2000:]}"
+        assert done.returncode == 0, f"{line}: {command}\n{done.stderr[-2000:]}"
         assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("tag, lang, body, line", [b for b in blocks() if b[0] == "run" and b[1] == "python"], ids=lambda v: str(v) if isinstance(v, int) else None)
+@pytest.mark.parametrize("tag, lang, body, line", [b for b in blocks() if b[0] == "run" and b[1] == "python"], ids=lambda v: v if isinstance(v, str) and " line " in v else None)
 def test_python_block(scratch, tag, lang, body, line):
     _, env = scratch
     done = subprocess.run([sys.executable, "-c", body], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"README line {line}\n{done.stderr[-2000:]}"
+    assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
 
 
 def free_port() -> int:

@@ -173,3 +173,16 @@ def test_ctrl_c_at_a_terminal_cancels_one_statement(monkeypatch, capsys):
     ran, code = interactive(monkeypatch, ["SELECT 'slow';", "SELECT 2;"], run_one)
     assert [statement.strip() for statement in ran] == ["SELECT 'slow';", "SELECT 2;"] and code == 0
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_a_flockmtl_prompt_lives_across_shell_statements():
+    """CREATE PROMPT in one statement, used by a later one (AISQL_MODEL is the tiny model here)."""
+    script = (
+        "CREATE TABLE p AS SELECT 1 AS id, 'A bamboo toothbrush' AS d;\n"
+        "CREATE PROMPT('eco', 'Is this product eco-friendly?');\n"
+        ".mode csv\n"
+        "SELECT id, llm_filter({'model_name': 'gpt-4o'}, {'prompt_name': 'eco', 'context_columns': [{'data': d}]}) AS eco FROM p;\n"
+    )
+    done = shell_session(script)
+    assert done.exit_code == 0, done.output
+    assert "prompt 'eco' version 1" in done.stdout and "id,eco" in done.stdout

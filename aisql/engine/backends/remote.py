@@ -12,7 +12,16 @@ prefix cache; the openai client retries failed calls.
 - Scoring: log P(label | prompt) = sum over the label's tokens of log P(token | prompt + the
   tokens before it), one `max_tokens=1` request per label token restricted to that token
   (`allowed_token_ids`, vLLM's extension, also served by `aisql serve`) whose reported logprob
-  is the unrestricted one. The same full-likelihood score as the embedded engine.
+  is the unrestricted one. The same full-likelihood score as the embedded engine. A server that
+  ignores `allowed_token_ids` (llama.cpp's) is noticed on the first request (the token it
+  answered is not the one asked) and scored otherwise: labels of one token each (AI.IF's Yes /
+  No) from one request's top-20 logprobs at the answer's position (the end token biased away so
+  that position is generated and reported; a label outside the top 20 gets the 20th's logprob,
+  a bound), longer labels by echo — the prompt and the label sent together with `echo` and
+  `logprobs`, the label's tokens' logprobs read back (llama-cpp-python's server needs
+  `--logits_all true`; it is slow there: it sorts the vocabulary at every echoed position).
+- Prompts: token ids; a server that accepts only text (llama-cpp-python's) gets the ids decoded
+  with the same tokenizer, special tokens written out, which its tokenizer reads back.
 - Generation: greedy completions of `max_tokens`, stopped at the model's end token.
 """
 
@@ -103,6 +112,8 @@ class RemoteEngine(EncodesPrompts):
             note=note,
         )
         self.stats = EngineStats()
+        self._prompts_as_text = False  # set when the server refuses token-id prompts
+        self._scoring: str | None = None  # "allowed" | "echo": decided by the first scoring request
 
     def _model_card(self) -> dict:
         try:
@@ -135,6 +146,22 @@ class RemoteEngine(EncodesPrompts):
 
     # ---- the Engine interface ----------------------------------------------------------------
     def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:
+        if requests and self._scoring is None:
+            self._decide_scoring(requests[0])
+        if self._scoring == "echo" and all(len(label) == 1 for r in requests for label in r.label_ids):
+            tops = self._map(self._top_logprobs, list(requests))
+            self.stats.score_requests += len(requests)
+            return [LabelScores(tuple(v - logsumexp(values) for v in values)) for values in tops]
+        if self._scoring == "echo":
+            jobs = [(tuple(r.prompt_ids), tuple(label)) for r in requests for label in r.label_ids]
+            echoed = iter(self._map(self._echo_logprob, jobs))
+            results = []
+            for request in requests:
+                values = [next(echoed) for _ in request.label_ids]
+                total = logsumexp(values)
+                results.append(LabelScores(tuple(v - total for v in values)))
+            self.stats.score_requests += len(requests)
+            return results
         jobs = [
             (tuple(r.prompt_ids) + tuple(label[:j]), label[j])
             for r in requests
@@ -166,6 +193,15 @@ class RemoteEngine(EncodesPrompts):
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
             return list(pool.map(fn, items))
 
+    def _decide_scoring(self, request: ScoreRequest) -> None:
+        """Does the server honour `allowed_token_ids`? Asked with the first label's first token:
+        if the token it answers is another, score by echo."""
+        token = request.label_ids[0][0]
+        response = self._complete(tuple(request.prompt_ids), max_tokens=1, logprobs=0, extra_body={"allowed_token_ids": [token]})
+        logprobs = response.choices[0].logprobs
+        answered = (logprobs.tokens or [None])[0] if logprobs is not None and getattr(logprobs, "tokens", None) else response.choices[0].text
+        self._scoring = "allowed" if answered == self.tokenizer.decode([token]) else "echo"
+
     def _token_logprob(self, job: tuple[tuple[int, ...], int]) -> float:
         prompt, token = job
         response = self._complete(prompt, max_tokens=1, logprobs=0, extra_body={"allowed_token_ids": [token]})
@@ -176,6 +212,37 @@ class RemoteEngine(EncodesPrompts):
             )
         value = logprobs.token_logprobs[0]
         return -math.inf if value is None else float(value)
+
+    TOP_LOGPROBS = 20
+
+    def _top_logprobs(self, request: ScoreRequest) -> list[float]:
+        """Each one-token label's logprob from the top logprobs of the answer's first position."""
+        ends = {t for t in (self.tokenizer.eos_token_id, getattr(self.format, "end_token_id", None)) if isinstance(t, int)}
+        response = self._complete(
+            tuple(request.prompt_ids), max_tokens=1, logprobs=self.TOP_LOGPROBS, logit_bias={str(t): -100 for t in ends}
+        )
+        logprobs = response.choices[0].logprobs
+        tops = (logprobs.top_logprobs or [None])[0] if logprobs is not None else None
+        if not tops:
+            raise ModelError(f"the server at {self.base_url} returned no top logprobs", hint="it must support logprobs on /v1/completions")
+        floor = min(tops.values())
+        return [float(tops.get(self.tokenizer.decode([label[0]]), floor)) for label in request.label_ids]
+
+    def _echo_logprob(self, job: tuple[tuple[int, ...], tuple[int, ...]]) -> float:
+        """log P(label | prompt) from the logprobs the server echoes for the prompt's own tokens:
+        the prompt and the label sent as one, the label's positions read (before the one token
+        generated)."""
+        prompt, label = job
+        response = self._complete(prompt + label, max_tokens=1, logprobs=0, echo=True)
+        logprobs = response.choices[0].logprobs
+        values = list(logprobs.token_logprobs or []) if logprobs is not None else []
+        if len(values) < len(label) + 1:
+            raise ModelError(
+                f"the server at {self.base_url} echoed no prompt logprobs",
+                hint="it must support echo with logprobs (llama-cpp-python's server: --logits_all true)",
+            )
+        read = values[-len(label) - 1 : -1]
+        return sum(-math.inf if v is None else float(v) for v in read)
 
     def _generate_one(self, request: GenerateRequest) -> Generation:
         response = self._complete(request.prompt_ids, max_tokens=request.max_tokens)
@@ -190,13 +257,17 @@ class RemoteEngine(EncodesPrompts):
         )
 
     def _complete(self, prompt: Sequence[int], **kwargs):
+        sent = self.tokenizer.decode(list(prompt)) if self._prompts_as_text else list(prompt)
         try:
-            response = self.client.completions.create(model=self.name, prompt=list(prompt), temperature=0, **kwargs)
+            response = self.client.completions.create(model=self.name, prompt=sent, temperature=0, **kwargs)
             if not getattr(response, "choices", None):
                 raise ValueError("no choices")
         except self._openai.APIConnectionError:
             raise ModelError(f"lost the connection to the model server at {self.base_url}") from None
         except self._openai.APIStatusError as err:
+            if not self._prompts_as_text and err.status_code in (400, 422, 500) and "prompt" in str(err):
+                self._prompts_as_text = True  # a server that reads only text prompts (llama-cpp-python's)
+                return self._complete(prompt, **kwargs)
             raise ModelError(f"the model server at {self.base_url} refused a request: {_first_line(err)}") from None
         except self._openai.OpenAIError as err:
             raise ModelError(f"the model server at {self.base_url} failed: {_first_line(err)}") from None
