@@ -92,9 +92,9 @@ def main() -> None:
     import tempfile
 
     log = Path(tempfile.gettempdir()) / f"llamacpp_server_{port}.log"
-    server = start_server(args.server_python, gguf, args.model, port, args.threads, log)
+    server = start_server(args.server_python, gguf, str(gguf), port, args.threads, log)  # served under its path: the name resolves here for the tokenizer
     try:
-        remote, remote_s, remote_result = run(f"openai:{args.model}@http://127.0.0.1:{port}/v1", texts)
+        remote, remote_s, remote_result = run(f"openai:{gguf}@http://127.0.0.1:{port}/v1", texts)
     finally:
         server.terminate()
         server.wait(timeout=60)

@@ -95,3 +95,20 @@ def test_a_huge_cross_join_is_counted_without_rendering_and_refused(tiny_engine,
     with pytest.raises(AisqlError, match=r"has about [\d,]+ distinct prompts; a planned run holds at most 50,000"):
         con.run(sql)
     assert tiny_engine.stats.forward_passes == passes  # refused before any prompt
+
+
+def test_a_never_loaded_model_gets_a_load_estimate_from_other_loads(tmp_path):
+    """explain on a model never loaded here (a new GGUF) says its load time from the loads of
+    other models on this machine: a line through them when their sizes differ, else the one
+    size's load scaled by the square root of the size ratio; nothing when none was loaded."""
+    from aisql.executor import throughput
+
+    path = tmp_path / "throughput.json"
+    assert throughput.estimated_load(10**9, path) is None
+    throughput.record("a/cpu/float32", "planned", 1000, 1.0, load_s=8.0, path=path, weight_bytes=500 * 10**6)
+    seconds, loads = throughput.estimated_load(2 * 10**9, path)
+    assert loads == 1 and abs(seconds - 16.0) < 1e-9  # 8 s x sqrt(4)
+    throughput.record("b/cpu/float32", "planned", 1000, 1.0, load_s=10.0, path=path, weight_bytes=1500 * 10**6)
+    throughput.record("openai:x@http://h/v1", "planned", 1000, 1.0, load_s=0.5, path=path, weight_bytes=10**6)  # a server: not a load
+    seconds, loads = throughput.estimated_load(2500 * 10**6, path)
+    assert loads == 2 and abs(seconds - 12.0) < 1e-6  # 7 s + 2 s per GB

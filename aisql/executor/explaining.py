@@ -8,6 +8,8 @@ import dataclasses
 
 import duckdb
 
+from aisql.errors import AisqlError
+
 from aisql.engine.model.calibrate import cpu_calibration
 from aisql.executor import throughput
 from aisql.executor.measured_statistics import MeasuredStatistics
@@ -65,12 +67,14 @@ def explain_script(
     all_cached = has_ai and all(
         est.cached_share == 1.0 for e in estimates if e for est in e.nodes if est.quality == "estimate"
     ) and any(est.quality == "estimate" for e in estimates if e for est in e.nodes)
+    load_s, load_from = _load_figure(session, measured, has_ai and not all_cached)
     explanation = Explanation(
         plans=plans,
         estimates=estimates,
         hardware=profile,
         model=model,
-        load_s=measured.load_s if measured and has_ai and not all_cached else None,
+        load_s=load_s,
+        load_estimated_from=load_from,
         cache_note=cache_note or ("every answer is in the result cache: no model load, no model time" if all_cached else None),
         measured_load=measured.load if measured else None,
     )
@@ -79,6 +83,20 @@ def explain_script(
     if workers:
         explanation.shard_plans = _shard_plans(plans, estimates, stats, workers, checkpoint_every)
     return explanation
+
+
+def _load_figure(session: ModelSession, measured, has_ai: bool) -> tuple[float | None, int | None]:
+    """(the model's load time, None when measured — else how many loads of other models here it
+    is estimated from). A model never loaded here (a new GGUF) gets an estimate, not nothing."""
+    if not has_ai or session.loaded:
+        return None, None
+    if measured is not None and measured.load_s is not None:
+        return measured.load_s, None
+    try:
+        estimate = throughput.estimated_load(session.facts().profile.weight_bytes)
+    except AisqlError:
+        return None, None
+    return (estimate[0], estimate[1]) if estimate else (None, None)
 
 
 def _less_cached(plan, estimate, stats: MeasuredStatistics, store, fingerprint: str):

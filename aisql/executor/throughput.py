@@ -61,7 +61,14 @@ def lookup(fingerprint: str, path: Path | None = None) -> Measured | None:
 
 
 def record(
-    fingerprint: str, mode: str, tokens: int, seconds: float, load_s: float | None = None, path: Path | None = None, busy_elsewhere: float | None = None
+    fingerprint: str,
+    mode: str,
+    tokens: int,
+    seconds: float,
+    load_s: float | None = None,
+    path: Path | None = None,
+    busy_elsewhere: float | None = None,
+    weight_bytes: int | None = None,
 ) -> None:
     """Add one run's AI work (`mode` planned or naive) to the model's totals (best effort: a
     read-only cache directory only means explain stays uncalibrated)."""
@@ -78,6 +85,8 @@ def record(
     entry["runs"] = entry.get("runs", 0) + 1
     if load_s is not None:
         entry["load_s"] = round(load_s, 3)
+        if weight_bytes:
+            entry["weight_bytes"] = int(weight_bytes)
     if busy_elsewhere is not None:  # decays with the rates it describes
         entry["busy_elsewhere"] = round(0.5 * entry.get("busy_elsewhere", busy_elsewhere) + 0.5 * busy_elsewhere, 2)
     from aisql.paths import save_cache_file
@@ -103,10 +112,43 @@ def measured_here(profile: "Hardware", session) -> "Measured | None":
 
 
 def remember(session, nodes, mode: str) -> None:
-    """A run's speed on this machine (its LLM nodes' computed tokens over their time)."""
+    """A run's speed on this machine (its LLM nodes' computed tokens over their time), and its
+    load time with the model's weight bytes (for other models' load estimates)."""
     tokens = sum(n.computed_tokens for n in nodes)
     seconds = sum(n.wall_s for n in nodes)
-    record(session.fingerprint(), mode, tokens, seconds, load_s=session.load_s, busy_elsewhere=busy_elsewhere())
+    weight_bytes = None
+    if session.load_s is not None:
+        try:
+            weight_bytes = session.facts().profile.weight_bytes
+        except Exception:  # a model without a profile: its load is still kept, unscaled
+            weight_bytes = None
+    record(session.fingerprint(), mode, tokens, seconds, load_s=session.load_s, busy_elsewhere=busy_elsewhere(), weight_bytes=weight_bytes)
+
+
+def estimated_load(weight_bytes: int, path: Path | None = None) -> tuple[float, int] | None:
+    """(seconds, loads it rests on) to load a model of `weight_bytes` never loaded here, from the
+    loads of other models measured on this machine (local engines only): load ~ a + b * bytes,
+    fitted when their sizes differ, else the one size's load scaled by the square root of the
+    size ratio (a load is mostly fixed cost — imports, kernel choice — at these sizes). None when
+    no model was loaded here yet."""
+    from aisql.version import __version__
+
+    points = [
+        (float(entry["weight_bytes"]), float(entry["load_s"]))
+        for key, entry in _read(path or log_path()).items()
+        if key.endswith(f"|{__version__}") and not key.startswith(("openai:", "vllm:")) and entry.get("load_s") and entry.get("weight_bytes")
+    ]
+    if not points:
+        return None
+    sizes = {size for size, _ in points}
+    if len(sizes) >= 2:
+        n = len(points)
+        mean_x, mean_y = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+        slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points))
+        intercept = max(0.0, mean_y - slope * mean_x)
+        return intercept + slope * weight_bytes, n
+    size, seconds = points[0][0], sum(y for _, y in points) / len(points)
+    return seconds * (weight_bytes / size) ** 0.5, len(points)
 
 
 def busy_elsewhere() -> float | None:

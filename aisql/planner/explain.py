@@ -41,7 +41,8 @@ class Explanation:
     estimates: list[PlanEstimate | None] = field(default_factory=list)
     hardware: Hardware | None = None
     model: str | None = None
-    load_s: float | None = None  # the model's measured load time, when it is not loaded yet
+    load_s: float | None = None  # the model's load time, when it is not loaded yet
+    load_estimated_from: int | None = None  # None: load_s was measured; else the other models' loads it is estimated from
     shard_plans: dict[str, dict] = field(default_factory=dict)  # node id -> its shard plan on `workers` (explain --workers)
     cache_note: str | None = None  # what the result cache changes (everything cached), or why it was not consulted
     measured_load: float | None = None  # cores other work kept busy when the calibrating speed was measured
@@ -63,7 +64,8 @@ class Explanation:
             elif self.model:
                 header += " · time uncalibrated (FLOP model; a run of this model calibrates it)"
             if self.load_s is not None:
-                header += f" · + model load ~{self.load_s:.1f} s (measured)"
+                how = "measured" if self.load_estimated_from is None else f"estimated from {self.load_estimated_from} load{'s' if self.load_estimated_from != 1 else ''} of other models here"
+                header += f" · + model load ~{self.load_s:.1f} s ({how})"
             if self.cache_note:
                 header += f" · {self.cache_note}"
         for note in self.notes:
@@ -105,6 +107,7 @@ class Explanation:
             }
             data["model"] = self.model
             data["model_load_s"] = self.load_s
+            data["model_load_measured"] = self.load_estimated_from is None
             data["calibrated_while_busy_cores"] = self.measured_load
         data["cache_note"] = self.cache_note
         return data

@@ -40,21 +40,76 @@ def gguf_model_facts(path: Path, name: str, dtype: str) -> ModelFacts:
 
 
 def gguf_tokenizer(path: Path, name: str):
-    """The file's tokenizer as transformers builds it from a GGUF (what the conversion saves)."""
+    """The file's tokenizer as transformers builds it from a GGUF (what the conversion saves),
+    kept in the cache dir once built (keyed like the profile: a second explain loads it in ~1 s).
+
+    The vocabulary and merges are read by `read_tokenizer_metadata` (a tight loop over the mmap:
+    ~0.3 s for Qwen's 151k tokens and 151k merges, where transformers' reader takes ~6 s), then
+    grouped and built exactly as transformers' `get_gguf_tokenizer` / `convert_gguf_tokenizer` do."""
     import transformers
     from transformers import PreTrainedTokenizerFast
 
     transformers.utils.logging.set_verbosity_error()
+    memo = _tokenizer_path(path)
+    if (memo / "tokenizer.json").exists():
+        try:
+            return PreTrainedTokenizerFast.from_pretrained(str(memo))
+        except Exception:  # a damaged memo: build it again
+            pass
     try:
-        from transformers.integrations.gguf import convert_gguf_tokenizer, get_gguf_tokenizer
+        from transformers.integrations.gguf import convert_gguf_tokenizer
 
-        architecture, tokenizer_dict, config = get_gguf_tokenizer(str(path))
+        architecture, tokenizer_dict, config = _tokenizer_parts(read_tokenizer_metadata(path))
         backend, extra = convert_gguf_tokenizer(architecture, tokenizer_dict)
-        return PreTrainedTokenizerFast(tokenizer_object=backend, **{**config, **extra})
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, **{**config, **extra})
     except ModelError:
         raise
     except Exception as err:  # an architecture or vocabulary type transformers cannot build here
         raise loader_failure(f"the tokenizer of {name}", path, err) from None
+    _save_tokenizer(tokenizer, memo)
+    return tokenizer
+
+
+def _tokenizer_parts(metadata: dict) -> tuple[str, dict, dict]:
+    """(architecture, tokenizer dict, tokenizer config) from the metadata, grouped as
+    transformers' `get_gguf_tokenizer` groups them (its own mapping tables)."""
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import _SPECIAL_TOKENS, GGUF_TOKENIZER_MAPPING
+
+    grouped = {
+        group: {name: metadata[f"tokenizer.{key}"] for key, name in renames.items() if f"tokenizer.{key}" in metadata}
+        for group, renames in GGUF_TOKENIZER_MAPPING.items()
+    }
+    tokenizer, config = grouped["tokenizer"], grouped["tokenizer_config"]
+    kind = tokenizer.get("tokenizer_type")
+    if kind == "llama":
+        config.setdefault("add_bos_token", True)
+    elif kind == "gemma4":
+        config["add_bos_token"] = False
+    for name, key in _SPECIAL_TOKENS.items():
+        token_id = metadata.get(f"tokenizer.ggml.{key}")
+        config[name] = tokenizer["tokens"][token_id] if token_id is not None else None
+    return metadata["general.architecture"], tokenizer, config
+
+
+def _tokenizer_path(path: Path) -> Path:
+    return _profile_path(path, "tokenizer").with_suffix("")
+
+
+def _save_tokenizer(tokenizer, memo: Path) -> None:
+    """Saved whole or not at all (a temporary directory renamed), so a reader never sees half."""
+    import shutil
+    import tempfile
+
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=memo.parent, prefix=".building-"))
+        tokenizer.save_pretrained(str(staging))
+        try:
+            staging.rename(memo)
+        except OSError:  # another process saved it first
+            shutil.rmtree(staging, ignore_errors=True)
+    except OSError:
+        pass  # an unwritable cache: the next explain builds it again
 
 
 def gguf_profile(path: Path, name: str, dtype: str) -> ModelProfile:
@@ -134,6 +189,51 @@ def read_header(path: Path) -> tuple[dict, dict[str, tuple[int, ...]]]:
             shapes[name] = tuple(reversed(struct.unpack_from(f"<{dims}Q", blob, pos + 4)))
             pos += 4 + 8 * dims + 12  # the dimensions, then the ggml type (u32) and the data offset (u64)
         return metadata, shapes
+
+
+_FULL_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges")
+
+
+def read_tokenizer_metadata(path: Path) -> dict:
+    """The header's metadata as transformers' GGUF reader gives it to its tokenizer builder:
+    arrays of numbers as lists, the vocabulary and the merges as lists of strings, other string
+    arrays as their length."""
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as blob:
+        if blob[:4] != b"GGUF":
+            raise ValueError("no GGUF magic")
+        _, _, kv_count = struct.unpack_from("<IQQ", blob, 4)
+        pos = 24
+        metadata: dict = {}
+        for _ in range(kv_count):
+            key, pos = _string(blob, pos)
+            (kind,) = struct.unpack_from("<I", blob, pos)
+            pos += 4
+            if kind != _ARRAY:
+                metadata[key], pos = _value(blob, pos, kind)
+                continue
+            element, count = struct.unpack_from("<IQ", blob, pos)
+            pos += 12
+            if element in _SCALARS:
+                width = struct.calcsize(_SCALARS[element])
+                metadata[key] = list(struct.unpack_from(f"<{count}{_SCALARS[element][1]}", blob, pos))
+                pos += count * width
+            elif element == _STRING and key in _FULL_ARRAYS:
+                metadata[key], pos = _strings(blob, pos, count)
+            else:
+                metadata[key], pos = _value(blob, pos - 12, _ARRAY)
+        return metadata
+
+
+def _strings(blob, pos: int, count: int) -> tuple[list[str], int]:
+    """`count` GGUF strings from `pos`: one length-prefixed slice each."""
+    length_at = struct.Struct("<Q").unpack_from
+    out = []
+    for _ in range(count):
+        (length,) = length_at(blob, pos)
+        pos += 8
+        out.append(blob[pos : pos + length].decode("utf-8"))
+        pos += length
+    return out, pos
 
 
 def _string(blob, pos: int) -> tuple[str, int]:
