@@ -37,7 +37,8 @@ def translate(ast: exp.Expression, at) -> list[str]:
     for node in list(ast.find_all(exp.GenerateText, exp.GenerateTable)):
         table = node.parent if isinstance(node.parent, exp.Table) else None
         spelling = f"{(table.text('db') or 'AI').upper()}.{'GENERATE_TABLE' if isinstance(node, exp.GenerateTable) else 'GENERATE_TEXT'}"
-        settings = _settings(spelling, node.args.get("params_struct"), at(node))
+        where = _position(node, table, at)
+        settings = _settings(spelling, node.args.get("params_struct"), where)
         model = node.this.name if isinstance(node.this, exp.Table) else None
         named = [exp.Kwarg(this=exp.var("endpoint"), expression=exp.Literal.string(model))] if model else []
         for key, target in READ.items():
@@ -47,7 +48,7 @@ def translate(ast: exp.Expression, at) -> list[str]:
         if settings:
             notes.append(f"{spelling}: {', '.join(sorted(settings))} ignored (aisql answers deterministically with its own model)")
         if isinstance(node, exp.GenerateTable) and not any(k.this.name == "output_schema" for k in named):
-            raise BindError(f"{spelling} needs STRUCT('...' AS output_schema)", **at(node), hint="e.g. STRUCT('name STRING, age INT64' AS output_schema)")
+            raise BindError(f"{spelling} needs STRUCT('...' AS output_schema)", **where, hint="e.g. STRUCT('name STRING, age INT64' AS output_schema)")
         source = node.expression
         source = source.copy() if isinstance(source, exp.Subquery) else exp.Table(**{k: v.copy() for k, v in source.args.items() if v is not None and k in ("this", "db", "catalog")})
         call = exp.Dot(this=exp.to_identifier("AI"), expression=exp.Anonymous(this="GENERATE", expressions=[exp.column("prompt")] + named))
@@ -57,6 +58,16 @@ def translate(ast: exp.Expression, at) -> list[str]:
         replacement = outer.subquery(alias=table.alias if table is not None and table.alias else None)
         (table if table is not None else node).replace(replacement)
     return notes
+
+
+def _position(node: exp.Expression, table: exp.Table | None, at) -> dict:
+    """Where the call is written: its name's position (the Table node sqlglot wraps it in)."""
+    for candidate in (table, table and table.args.get("db"), node):
+        if candidate is not None:
+            position = at(candidate)
+            if position.get("line"):
+                return position
+    return {}
 
 
 def _settings(spelling: str, struct: exp.Expression | None, position: dict) -> dict[str, exp.Expression]:
