@@ -123,6 +123,7 @@ def test_the_sample_is_the_whole_of_a_small_input():
     assert report.fallback == "the sample is the whole input" and answers == truth
 
 
+@pytest.mark.slow  # over ~2.5 s: the fast tier stays under 3 min
 def test_betting_bounds_cover_the_mean():
     """One-sided bounds at alpha 0.05 miss the true mean in at most the binomial bound of runs,
     for 0/1 draws and for weighted ones, and are not vacuous."""

@@ -259,6 +259,7 @@ UNDERESTIMATED = (
 )
 
 
+@pytest.mark.slow  # over ~2 s: the fast tier stays under 3 min
 def test_budget_stops_midway_keeps_answers_and_a_rerun_continues(tmp_path: Path, make_connection):
     """The estimate (~192 prompts) fits the limit, the real work does not: the run stops exactly
     at the limit while running, with every answer kept, and a rerun only adds the rest."""
