@@ -67,3 +67,20 @@ def load_example_tables(con) -> None:
         FROM customers
         """
     )
+
+
+def shaken_tiny_model(directory: Path, noise: float, seed: int) -> str:
+    """Another model: the tiny one's weights plus `noise` x each tensor's std of Gaussian noise
+    (0.02: a proxy that mostly agrees; 1.0: a model that answers otherwise)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from aisql.engine.model.tiny import tiny_model_dir
+
+    shutil.copytree(tiny_model_dir(), directory)
+    (directory / "AISQL_TINY.json").unlink()
+    weights = load_file(directory / "model.safetensors")
+    generator = torch.Generator().manual_seed(seed)
+    shaken = {k: v + noise * v.std() * torch.randn(v.shape, generator=generator) for k, v in weights.items()}
+    save_file(shaken, directory / "model.safetensors", metadata={"format": "pt"})
+    return str(directory)

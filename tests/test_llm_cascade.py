@@ -6,7 +6,6 @@ perturbed — another model, which mostly agrees with it. None of this needs the
 
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from aisql.executor.betting_bounds import betting_lower_bound, betting_upper_bou
 from aisql.executor.proxy_choice import choose_proxy
 from aisql.executor.score_first import run_score_first
 from aisql.planner.approximation import Targets
+from conftest import shaken_tiny_model
 
 
 def two_models(n: int, separation: float, seed: int = 1, positive_share: float = 0.76):
@@ -160,19 +160,7 @@ def test_auto_picks_a_smaller_llm_only_when_it_is_much_cheaper():
 @pytest.fixture(scope="module")
 def perturbed_tiny(tmp_path_factory):
     """Another model that mostly agrees with the tiny one: its weights plus a little noise."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from aisql.engine.model.tiny import tiny_model_dir
-
-    target = tmp_path_factory.mktemp("models") / "tiny-perturbed"
-    shutil.copytree(tiny_model_dir(), target)
-    (target / "AISQL_TINY.json").unlink()
-    weights = load_file(target / "model.safetensors")
-    generator = torch.Generator().manual_seed(0)
-    noisy = {k: v + 0.02 * v.std() * torch.randn(v.shape, generator=generator) for k, v in weights.items()}
-    save_file(noisy, target / "model.safetensors", metadata={"format": "pt"})
-    return str(target)
+    return shaken_tiny_model(tmp_path_factory.mktemp("models") / "tiny-perturbed", noise=0.02, seed=0)
 
 
 REVIEWS = (

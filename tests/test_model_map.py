@@ -5,12 +5,10 @@ NAME=MODEL` names for it (that call runs on that model, cached under its own key
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
+from conftest import load_example_tables, shaken_tiny_model
 
 from aisql.errors import AisqlError
-from conftest import load_example_tables
 
 QUERY = "SELECT id, AI.SCORE(PROMPT('Rate from 1 to 5 how cheap this is: {0}', name), endpoint => 'gpt-4o') AS cheap FROM products WHERE id <= 12 ORDER BY id"
 NATIVE = QUERY.replace(", endpoint => 'gpt-4o'", "")
@@ -19,18 +17,7 @@ NATIVE = QUERY.replace(", endpoint => 'gpt-4o'", "")
 @pytest.fixture(scope="module")
 def other_model(tmp_path_factory):
     """Another model: the tiny one's weights plus as much noise again (answers that differ)."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from aisql.engine.model.tiny import tiny_model_dir
-
-    target = tmp_path_factory.mktemp("models") / "tiny-other"
-    shutil.copytree(tiny_model_dir(), target)
-    (target / "AISQL_TINY.json").unlink()
-    weights = load_file(target / "model.safetensors")
-    generator = torch.Generator().manual_seed(1)
-    save_file({k: v + v.std() * torch.randn(v.shape, generator=generator) for k, v in weights.items()}, target / "model.safetensors", metadata={"format": "pt"})
-    return str(target)
+    return shaken_tiny_model(tmp_path_factory.mktemp("models") / "tiny-other", noise=1.0, seed=1)
 
 
 def _answers(result):

@@ -8,16 +8,15 @@ import dataclasses
 
 import duckdb
 
-from aisql.errors import AisqlError
-
 from aisql.engine.model.calibrate import cpu_calibration
+from aisql.errors import AisqlError
 from aisql.executor import throughput
 from aisql.executor.measured_statistics import MeasuredStatistics
 from aisql.executor.request_kinds import kind_of
 from aisql.executor.script import bind_script, check_endpoints, constants_of
-from aisql.functions.arguments import constants_from
 from aisql.executor.selectivity_samples import SampleEvaluator
 from aisql.executor.session import ModelSession
+from aisql.functions.arguments import constants_from
 from aisql.planner import PlanningContext, plan_statement
 from aisql.planner.cost import Side, estimate_plan
 from aisql.planner.explain import Explanation

@@ -21,22 +21,21 @@ from aisql.executor import throughput
 from aisql.executor.answer_types import RunOptions
 from aisql.executor.budget import Budget, check_plan
 from aisql.executor.checkpoints import DEFAULT_SECONDS
-from aisql.executor.option_rules import check_run_options
 from aisql.executor.explaining import explain_script
 from aisql.executor.measured_statistics import MeasuredStatistics
+from aisql.executor.option_rules import check_run_options
 from aisql.executor.plan_executor import Executor
 from aisql.executor.progress import NoProgress, Progress
 from aisql.executor.run_stats import RunStats
-from aisql.functions.arguments import constants_from
 from aisql.executor.script import bind_script, call_notes, check_endpoints, constants_of, has_ai
 from aisql.executor.selectivity_samples import SampleEvaluator
 from aisql.executor.session import ModelSession, ModelUsed
+from aisql.functions.arguments import constants_from
 from aisql.planner import PlanningContext, plan_statement
 from aisql.planner.hardware import Hardware, hardware_profile
 from aisql.sql.parameters import Parameters
 from aisql.sql.parse import explained_sql
 from aisql.sql.source import SourceText
-
 
 
 @dataclass
