@@ -144,22 +144,6 @@ def check_labels(spelling: str, labels: Sequence[str | None]) -> tuple[str, ...]
     return tuple(seen)
 
 
-def read_labels(spelling: str, node: exp.Expression) -> tuple[str, ...]:
-    """A label list written in SQL: an array of string literals."""
-    if not isinstance(node, exp.Array):
-        raise BindError(
-            f"{spelling}: labels must be a list of string literals, got {node.sql(dialect='duckdb')}",
-            hint="e.g. ['positive', 'negative']",
-        )
-    for item in node.expressions:
-        if not (isinstance(item, exp.Literal) and item.is_string):
-            raise BindError(
-                f"{spelling}: labels must be string literals, got {item.sql(dialect='duckdb')}",
-                hint="e.g. ['positive', 'negative']",
-            )
-    return check_labels(spelling, [item.this for item in node.expressions])
-
-
 def check_max_tokens(spelling: str, value: Any, written: str | None = None) -> int:
     """An integer from 1 to MAX_MAX_TOKENS."""
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_MAX_TOKENS:

@@ -91,16 +91,17 @@ def parse_script(source: SourceText, dialect: str | None = None, resources=None)
         if ast is not None:
             _plain_text_literals(ast, (dialect or DEFAULT).lower())
     split = _split_statements(parsed_source, tokens, asts, (dialect or DEFAULT).lower())
-    statements = _with_flockmtl(split, source, taken, resources if resources is not None else flockmtl.FlockResources())
+    statements = _vendor_rewrites(split, source, taken, resources if resources is not None else flockmtl.FlockResources())
     if not statements:
         raise SqlSyntaxError("the query has no statement, only comments")
     return statements
 
 
-def _with_flockmtl(statements: list[Statement], source: SourceText, taken: list[tuple[int, str]], resources) -> list[Statement]:
-    """FlockMTL's statements and calls read as aisql's (aisql.sql.flockmtl), in script order: its
-    resource statements are taken, each answering one row that says what it did; its llm_* calls
-    become AI functions."""
+def _vendor_rewrites(statements: list[Statement], source: SourceText, taken: list[tuple[int, str]], resources) -> list[Statement]:
+    """Vendor spellings read as aisql's, in script order: FlockMTL's resource statements taken
+    (each answering one row that says what it did) and its llm_* calls made AI functions
+    (aisql.sql.flockmtl); multi-label classification (multi_label) and BigQuery's table-valued
+    generation (table_functions) rewritten."""
     from aisql.sql import flockmtl, multi_label, table_functions
 
     kept: list[Statement] = []

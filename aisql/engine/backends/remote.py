@@ -148,20 +148,17 @@ class RemoteEngine(EncodesPrompts):
     def score(self, requests: Sequence[ScoreRequest], *, reuse: bool = True) -> list[LabelScores]:
         if requests and self._scoring is None:
             self._decide_scoring(requests[0])
+        results = [_normalized(values) for values in self._label_logprobs(list(requests))]
+        self.stats.score_requests += len(requests)
+        return results
+
+    def _label_logprobs(self, requests: list[ScoreRequest]) -> list[list[float]]:
+        """Each request's labels' log-likelihoods, by the way this server can be asked."""
         if self._scoring == "echo" and all(len(label) == 1 for r in requests for label in r.label_ids):
-            tops = self._map(self._top_logprobs, list(requests))
-            self.stats.score_requests += len(requests)
-            return [LabelScores(tuple(v - logsumexp(values) for v in values)) for values in tops]
+            return self._map(self._top_logprobs, requests)
         if self._scoring == "echo":
-            jobs = [(tuple(r.prompt_ids), tuple(label)) for r in requests for label in r.label_ids]
-            echoed = iter(self._map(self._echo_logprob, jobs))
-            results = []
-            for request in requests:
-                values = [next(echoed) for _ in request.label_ids]
-                total = logsumexp(values)
-                results.append(LabelScores(tuple(v - total for v in values)))
-            self.stats.score_requests += len(requests)
-            return results
+            echoed = iter(self._map(self._echo_logprob, [(tuple(r.prompt_ids), tuple(label)) for r in requests for label in r.label_ids]))
+            return [[next(echoed) for _ in request.label_ids] for request in requests]
         jobs = [
             (tuple(r.prompt_ids) + tuple(label[:j]), label[j])
             for r in requests
@@ -169,13 +166,7 @@ class RemoteEngine(EncodesPrompts):
             for j in range(len(label))
         ]
         logprobs = iter(self._map(self._token_logprob, jobs))
-        results = []
-        for request in requests:
-            values = [sum(next(logprobs) for _ in label) for label in request.label_ids]
-            total = logsumexp(values)
-            results.append(LabelScores(tuple(v - total for v in values)))
-        self.stats.score_requests += len(requests)
-        return results
+        return [[sum(next(logprobs) for _ in label) for label in request.label_ids] for request in requests]
 
     def generate(self, requests: Sequence[GenerateRequest], *, reuse: bool = True, speculative: bool = True) -> list[Generation]:
         from aisql.engine.decoding.constrained import refuse_grammar
@@ -281,6 +272,12 @@ class RemoteEngine(EncodesPrompts):
             self.stats.computed_tokens += usage.prompt_tokens - cached + usage.completion_tokens
         self.stats.forward_passes += 1
         return response
+
+
+def _normalized(values: list[float]) -> LabelScores:
+    """Labels' log-likelihoods as log-probabilities over the labels (the engine's LabelScores)."""
+    total = logsumexp(values)
+    return LabelScores(tuple(v - total for v in values))
 
 
 def _not_openai(base_url: str, path: str) -> ModelError:
