@@ -19,6 +19,7 @@ import hashlib
 import json
 import mmap
 import struct
+from contextlib import contextmanager
 from math import prod
 from pathlib import Path
 
@@ -170,18 +171,11 @@ def read_header(path: Path) -> tuple[dict, dict[str, tuple[int, ...]]]:
     (ggml's docs/gguf.md); arrays are kept as their length, tensor data never read. A reader of
     its own: gguf's GGUFReader builds every array element into Python (20 s for a 151k-token
     vocabulary) and transformers' header class refuses some quantization types."""
-    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as blob:
-        if blob[:4] != b"GGUF":
-            raise ValueError("no GGUF magic")
-        version, tensor_count, kv_count = struct.unpack_from("<IQQ", blob, 4)
+    with _mapped(path) as blob:
+        version, tensor_count, _ = struct.unpack_from("<IQQ", blob, 4)
         if version < 2:
             raise ValueError(f"GGUF version {version} is too old")
-        pos = 24
-        metadata: dict = {}
-        for _ in range(kv_count):
-            key, pos = _string(blob, pos)
-            (kind,) = struct.unpack_from("<I", blob, pos)
-            metadata[key], pos = _value(blob, pos + 4, kind)
+        metadata, pos = _metadata(blob)
         shapes: dict[str, tuple[int, ...]] = {}
         for _ in range(tensor_count):
             name, pos = _string(blob, pos)
@@ -198,30 +192,41 @@ def read_tokenizer_metadata(path: Path) -> dict:
     """The header's metadata as transformers' GGUF reader gives it to its tokenizer builder:
     arrays of numbers as lists, the vocabulary and the merges as lists of strings, other string
     arrays as their length."""
+    with _mapped(path) as blob:
+        return _metadata(blob, keep=_FULL_ARRAYS)[0]
+
+
+@contextmanager
+def _mapped(path: Path):
     with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as blob:
         if blob[:4] != b"GGUF":
             raise ValueError("no GGUF magic")
-        _, _, kv_count = struct.unpack_from("<IQQ", blob, 4)
-        pos = 24
-        metadata: dict = {}
-        for _ in range(kv_count):
-            key, pos = _string(blob, pos)
-            (kind,) = struct.unpack_from("<I", blob, pos)
-            pos += 4
-            if kind != _ARRAY:
-                metadata[key], pos = _value(blob, pos, kind)
-                continue
-            element, count = struct.unpack_from("<IQ", blob, pos)
-            pos += 12
-            if element in _SCALARS:
-                width = struct.calcsize(_SCALARS[element])
-                metadata[key] = list(struct.unpack_from(f"<{count}{_SCALARS[element][1]}", blob, pos))
-                pos += count * width
-            elif element == _STRING and key in _FULL_ARRAYS:
-                metadata[key], pos = _strings(blob, pos, count)
-            else:
-                metadata[key], pos = _value(blob, pos - 12, _ARRAY)
-        return metadata
+        yield blob
+
+
+def _metadata(blob, keep: tuple[str, ...] | None = None) -> tuple[dict, int]:
+    """The key/value section: (metadata, the tensor table's offset). Arrays are kept as their
+    length, unless `keep` is given: then arrays of numbers as lists, and the string arrays it
+    names as lists of strings."""
+    (kv_count,) = struct.unpack_from("<Q", blob, 16)
+    pos = 24
+    metadata: dict = {}
+    for _ in range(kv_count):
+        key, pos = _string(blob, pos)
+        (kind,) = struct.unpack_from("<I", blob, pos)
+        pos += 4
+        if keep is None or kind != _ARRAY:
+            metadata[key], pos = _value(blob, pos, kind)
+            continue
+        element, count = struct.unpack_from("<IQ", blob, pos)
+        if element in _SCALARS:
+            metadata[key] = list(struct.unpack_from(f"<{count}{_SCALARS[element][1]}", blob, pos + 12))
+            pos += 12 + count * struct.calcsize(_SCALARS[element])
+        elif element == _STRING and key in keep:
+            metadata[key], pos = _strings(blob, pos + 12, count)
+        else:
+            metadata[key], pos = _value(blob, pos, _ARRAY)
+    return metadata, pos
 
 
 def _strings(blob, pos: int, count: int) -> tuple[list[str], int]:
