@@ -319,6 +319,15 @@ def approximate_note(stats) -> str | None:
         if report["fallback_to_exact"]:
             parts.append(f"{node.node} evaluated exactly (approximate mode fell back: {report['fallback_to_exact']})")
             continue
+        if report.get("guarantee") is False:  # join as classification: its own answers, checked, not bounded
+            check = report["check"]
+            parts.append(
+                f"REWRITTEN {node.node}: {report['proxy_answered']:,} of {report['rows']:,} pairs answered by {report['proxy']}, "
+                f"{report['llm_answered']:,} by the LLM (a check on {check['rows']} rows' {check['pairs']:,} pairs against the LLM: "
+                f"recall {check['recall']}, precision {check['precision']}; targets {targets['recall']:g} / {targets['precision']:g}, "
+                "point estimates, not a guarantee)"
+            )
+            continue
         parts.append(
             f"APPROXIMATE {node.node}: {report['proxy_answered']:,} of {report['rows']:,} prompts answered by the proxy"
             f"{' (' + report['proxy'] + ')' if report.get('proxy') else ''}, "

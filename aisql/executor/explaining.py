@@ -21,6 +21,7 @@ from aisql.planner import PlanningContext, plan_statement
 from aisql.planner.cost import Side, estimate_plan
 from aisql.planner.explain import Explanation
 from aisql.planner.hardware import hardware_profile
+from aisql.planner.plan import NodeRole
 from aisql.sql.parameters import Parameters
 from aisql.sql.source import SourceText
 
@@ -77,7 +78,7 @@ def explain_script(
         cache_note=cache_note or ("every answer is in the result cache: no model load, no model time" if all_cached else None),
         measured_load=measured.load if measured else None,
     )
-    explanation.proxies = _proxies(plans, session)
+    explanation.proxies = _proxies(plans, session, con)
     explanation.notes = routes.notes
     if workers:
         explanation.shard_plans = _shard_plans(plans, estimates, stats, workers, checkpoint_every)
@@ -151,7 +152,7 @@ def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, chec
     return out
 
 
-def _proxies(plans, session: ModelSession) -> dict[str, str]:
+def _proxies(plans, session: ModelSession, con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """Per AI.IF node in approximate mode: the proxy a run would use, and why (nothing loaded)."""
     from aisql.planner.approximation import call_targets
 
@@ -159,7 +160,37 @@ def _proxies(plans, session: ModelSession) -> dict[str, str]:
     for plan in plans:
         for node in plan.nodes:
             targets = call_targets(node.call.function.approximates, node.call.hints, None)
-            if targets is not None:
-                choice = session.choose_proxy(targets.proxy)
-                out[node.id] = f"{choice.name} ({choice.why})"
+            if targets is None:
+                continue
+            join = _join_line(con, node, targets, session) if node.role is NodeRole.JOIN else None
+            if join is not None:
+                out[node.id] = join
+                continue
+            choice = session.choose_proxy(targets.proxy)
+            out[node.id] = f"{choice.name} ({choice.why})"
     return out
+
+
+def _join_line(con: duckdb.DuckDBPyConnection, node, targets, session: ModelSession) -> str | None:
+    """An AI join's strategy in approximate mode, from its sides' distinct values counted by
+    DuckDB on the node's input with no AI answer known (aisql.executor.join_rewrite)."""
+    from aisql.executor import join_rewrite
+    from aisql.planner.plan import ARG_PREFIX
+
+    groups = join_rewrite.sides(node.call.argument_tables)
+    if groups is None or node.estimate_sql is None:
+        return None
+    counts = []
+    for group in groups:
+        columns = ", ".join(f"{ARG_PREFIX}{i}" for i in group)
+        try:
+            counts.append(con.sql(f"SELECT count(DISTINCT ({columns})) FROM ({node.estimate_sql})").fetchall()[0][0])
+        except duckdb.Error:
+            return None
+    rows, candidates = max(counts), min(counts)
+    try:
+        has_embeddings = session.embedding_model() is not None
+    except AisqlError:
+        has_embeddings = False
+    strategy, why = join_rewrite.choose_strategy(targets.join, candidates, join_rewrite.too_many(candidates), has_embeddings)
+    return join_rewrite.plan_line(strategy, why, rows, candidates)

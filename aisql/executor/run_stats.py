@@ -43,6 +43,7 @@ class NodeStats:
     wall_s: float = 0.0
     model_kind: str = "llm"  # "embedding": answered by the embedding model (AI.EMBED, AI.SIMILARITY)
     approximate: dict | None = None  # approximate mode's report (aisql.executor.cascade.CascadeReport)
+    join: dict | None = None  # an AI join in approximate mode: its strategy and why (aisql.executor.join_rewrite)
     workers: dict[str, dict] = field(default_factory=dict)  # on a worker pool: per worker, shards / prompts / computed tokens / busy s
     prefix_recompute_tokens: int = 0  # prompt tokens more than one worker computed (split prefix groups)
     tie_confirmed_prompts: int = 0  # reduced-precision near ties answered in float32 (aisql.engine.model.tie_confirmation)

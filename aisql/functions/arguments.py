@@ -18,9 +18,9 @@ from sqlglot import exp
 from aisql.errors import BindError
 
 MAX_MAX_TOKENS = 8192
-HINT_KEYS = {"selectivity", "anchor", "recall", "precision", "delta", "sample", "seed", "min_confidence", "proxy", "sampling", "calibration"}
+HINT_KEYS = {"selectivity", "anchor", "recall", "precision", "delta", "sample", "seed", "min_confidence", "proxy", "sampling", "calibration", "join"}
 CALIBRATIONS = ("none", "content_free", "batch")  # aisql.functions.decision
-APPROXIMATE_KEYS = ("recall", "precision", "delta", "sample", "seed", "proxy", "sampling")  # approximate mode's options (AI.IF)
+APPROXIMATE_KEYS = ("recall", "precision", "delta", "sample", "seed", "proxy", "sampling", "join")  # approximate mode's options (AI.IF)
 
 
 def literal_value(node: exp.Expression) -> Any:
@@ -218,6 +218,10 @@ def _pair_as_struct(spelling: str, pair: exp.Tuple, hint: str) -> exp.Struct:
     return exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier("input"), expression=value.copy()), exp.PropertyEQ(this=exp.to_identifier("label"), expression=label.copy())])
 
 
+# An AI join's strategy (aisql.executor.join_rewrite): 'auto' chooses per join, 'exact' asks every
+# pair even under --approximate, 'classify' lists the smaller side once per row, 'embed' scores
+# pairs by their sides' embeddings, 'proxy' is the per-pair cascade every approximate AI.IF runs.
+JOIN_STRATEGIES = ("auto", "exact", "classify", "embed", "proxy")
 SAMPLINGS = ("auto", "progressive", "uniform", "importance")  # how the oracle's sample is drawn (aisql.executor.score_first)
 SEED_MAX = 2**32 - 1  # the proxy's trainer (scikit-learn's random_state) takes seeds up to this
 
@@ -237,6 +241,9 @@ def target_problem(key: str, value: Any) -> str | None:
     elif key == "proxy":
         if not (isinstance(value, str) and value.strip()):
             return f"'proxy' must be a model name in quotes ('smollm2', a .gguf path, 'embeddings' or 'auto'), got {value!r}"
+    elif key == "join":
+        if value not in JOIN_STRATEGIES:
+            return f"'join' must be one of {', '.join(repr(v) for v in JOIN_STRATEGIES)}, got {value!r}"
     elif key == "sampling":
         if value not in SAMPLINGS:
             return f"'sampling' must be one of {', '.join(repr(v) for v in SAMPLINGS)}, got {value!r}"

@@ -13,7 +13,8 @@ from typing import Any, Mapping
 
 PROGRESSIVE_STAGES = (0.25, 0.5, 1.0)  # progressive sampling: shares of the sample taken in turn (aisql.executor.score_first)
 MAX_LLM_SHARE = 0.8  # a cascade sending more than this share to the LLM saves too little: exact
-TARGET_KEYS = ("recall", "precision", "delta", "sample", "seed", "proxy", "sampling")  # a call's own options of approximate mode
+TARGET_KEYS = ("recall", "precision", "delta", "sample", "seed", "proxy", "sampling", "join")  # a call's own options of approximate mode
+MAX_CANDIDATES = 64  # join as classification lists at most this many candidates per prompt
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Targets:
     # else the embedding model), "embeddings", or a model spec (aisql.executor.proxy_choice).
     proxy: str = "auto"
     sampling: str = "auto"  # the oracle's sample: auto | progressive | uniform | importance
+    join: str = "auto"  # an AI join's strategy (aisql.functions.arguments.JOIN_STRATEGIES); ignored by other calls
 
     def describe(self) -> str:
         return f"recall >= {self.recall:g}, precision >= {self.precision:g} with probability >= {1 - self.delta:g}"
@@ -43,6 +45,8 @@ def call_targets(approximates: bool, hints: Mapping[str, Any], run_default: Targ
     if not approximates:
         return None
     own = {k: hints[k] for k in TARGET_KEYS if k in hints}
+    if own.get("join") == "exact":
+        return None  # exact even under --approximate
     if own or hints.get("approximate"):
         return dataclasses.replace(run_default or Targets(), **own)
     return run_default

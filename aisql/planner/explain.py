@@ -279,6 +279,9 @@ def cached_line(est: NodeEstimate) -> str:
     return f"result cache: ~{est.cached_share:.0%} of {unique:,.0f} answers cached ({how}): the plan prices only the rest"
 
 
+JOIN_LINES = ("join as classification", "embedding-blocked join", "exact join", "per-pair cascade")  # aisql.executor.join_rewrite.plan_line
+
+
 def approximate_line(node, est, proxy: str | None = None) -> str | None:
     """The cascade an AI.IF in approximate mode runs (its call's options), with the LLM calls it
     may make: the sample at least, at most MAX_LLM_SHARE of the prompts (beyond: exact)."""
@@ -288,7 +291,8 @@ def approximate_line(node, est, proxy: str | None = None) -> str | None:
     unique = int(est.prompts_unique or 0)
     sample = min(unique, targets.sample or sample_size(unique))
     most = max(sample, int(MAX_LLM_SHARE * unique))
-    llm_proxy = proxy is not None and not proxy.startswith("embeddings")
+    joined = proxy is not None and proxy.startswith(JOIN_LINES)
+    llm_proxy = proxy is not None and not proxy.startswith("embeddings") and not joined
     least = sample
     if llm_proxy and targets.sampling == "progressive" and sample < unique:
         least = max(1, round(sample * PROGRESSIVE_STAGES[0]))  # progressive sampling may stop at its first stage
@@ -296,6 +300,8 @@ def approximate_line(node, est, proxy: str | None = None) -> str | None:
         f"approximate (proxy cascade): {targets.describe()} vs the LLM; the LLM answers {least:,} to {most:,} of "
         f"{unique:,} prompts (more would fall back to exact)"
     )
+    if joined:
+        return line + f"; {proxy}"
     if proxy:
         line += f"; proxy: {proxy}" + (f", which scores all {unique:,} prompts first" if llm_proxy and sample < unique else "")
     return line

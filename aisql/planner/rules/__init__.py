@@ -4,6 +4,7 @@ Each rule is a `PlannerRule`: a pure function (plan, context) -> plan, one rule 
 """
 
 from aisql.planner.context import PlannerRule
+from aisql.planner.rules.check_join_strategy import check_join_strategy
 from aisql.planner.rules.choose_anchor import choose_anchor
 from aisql.planner.rules.choose_strategy import choose_strategy
 from aisql.planner.rules.derive_inputs import derive_estimates, derive_inputs
@@ -18,6 +19,7 @@ RULES: tuple[PlannerRule, ...] = (
     derive_estimates,
     order_predicates,
     choose_anchor,
+    check_join_strategy,
     order_filters,
     choose_strategy,
     stop_at_limit,
@@ -27,6 +29,7 @@ RULES: tuple[PlannerRule, ...] = (
 
 __all__ = [
     "RULES",
+    "check_join_strategy",
     "choose_anchor",
     "choose_strategy",
     "derive_estimates",
