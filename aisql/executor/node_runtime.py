@@ -25,12 +25,13 @@ from aisql.executor.answer_store import Answer
 from aisql.executor.answering import Answering
 from aisql.executor.budget import BudgetExceeded
 from aisql.executor.evaluate import evaluate
+from aisql.executor.join_answers import JoinAnswers
 from aisql.executor.prompts import PromptSet
 from aisql.executor.request_kinds import kind_of
 from aisql.executor.run_stats import NodeStats
 from aisql.functions import Task
 from aisql.functions.base import STALE
-from aisql.planner.plan import AINode, NodeRole, Strategy
+from aisql.planner.plan import AINode, Strategy
 
 
 class NodeRuntime:
@@ -400,7 +401,8 @@ class NodeRuntime:
         from aisql.executor.cascade import run_cascade
         from aisql.executor.embedding_vectors import vectors_for
 
-        join = self._join_strategy(prompts, targets)
+        joins = JoinAnswers(self)
+        join = joins.strategy(prompts, targets)
         if join is not None:
             pairs, strategy, why = join
             if strategy == "exact":
@@ -408,7 +410,7 @@ class NodeRuntime:
                 self.stats.join = {"strategy": "exact", "why": why}
                 return
             if strategy != "proxy":
-                return self._answer_join(prompts, pairs, strategy, why, targets)
+                return joins.answer(prompts, pairs, strategy, why, targets)
             self.stats.join = {"strategy": "proxy", "why": why}
         session = self.options.proxies
         choice = session.choose_proxy(targets.proxy) if session is not None else None
@@ -460,157 +462,6 @@ class NodeRuntime:
 
         return ask_llm
 
-    def _join_strategy(self, prompts: PromptSet, targets):
-        """(pairs, strategy, why) for an AI join in approximate mode (aisql.executor.join_rewrite);
-        None for other nodes, or a join whose prompt does not split into two tables' rows."""
-        from aisql.executor import join_rewrite
-
-        if self.node.role is not NodeRole.JOIN or not self.call.function.decides:
-            return None
-        groups = join_rewrite.sides(self.call.argument_tables)
-        if groups is None:
-            if targets.join in ("classify", "embed"):
-                return None, "exact", "the prompt's arguments do not each read one of the join's two tables"
-            return None
-        pairs = join_rewrite.split_pairs(prompts.text_of, groups)
-        problem = join_rewrite.listing_problem(pairs)
-        strategy, why = join_rewrite.choose_strategy(targets.join, len(pairs.candidates), problem, self.options.embeddings is not None)
-        if strategy == "classify":
-            problem = self._listing_overflow(pairs)
-            if problem:
-                strategy, why = ("embed" if targets.join == "auto" and self.options.embeddings is not None else "exact"), problem
-        return pairs, strategy, why
-
-    def _listing_overflow(self, pairs) -> str | None:
-        """Why the candidates' listing with the longest row does not fit the model's context."""
-        from aisql.executor import join_rewrite
-        from aisql.functions.ai_classify import FUNCTION as CLASSIFY
-
-        engine = self.engine
-        task = CLASSIFY.task(join_rewrite.classification_options(pairs))
-        longest = max(join_rewrite.classification_texts(pairs, self.call.template.render), key=len)
-        needed = len(engine.encode_prompt(task.framing, longest)) + max(len(engine.encode_label(label, task.framing)) for label in task.labels)
-        if needed > engine.info.max_context:
-            return f"the candidates' listing with the longest row takes {needed:,} tokens, more than the model's context ({engine.info.max_context:,})"
-        return None
-
-    def _answer_join(self, prompts: PromptSet, pairs, strategy: str, why: str, targets) -> None:
-        """An AI join answered without asking every pair (aisql.executor.join_rewrite): join as
-        classification (its own answers, checked on a sample of rows) or embedding blocking
-        (the pairs' cosine as the cascade's score: recall and precision guaranteed)."""
-        from aisql.executor import join_rewrite
-        from aisql.executor.score_first import agreement, run_score_first
-
-        targets = join_rewrite.join_targets(targets)
-        self.stats.prompts_total += sum(prompts.counts.values())
-        self.stats.prompts_unique += len(prompts.counts)
-        self.stats.strategy = f"join-{strategy}"
-        rewrite: dict = {}
-        if strategy == "classify":
-            return self._answer_classified(prompts, pairs, why, targets)
-        try:
-            from aisql.executor.embedding_vectors import vectors_for
-
-            scores = join_rewrite.embed_scores(pairs, lambda texts: vectors_for(texts, self.options.embeddings, self.answering))
-            rewrite["embedded_texts"] = len(pairs.rows) + len(pairs.candidates)
-            proxy = f"embeddings: {len(pairs.rows):,} + {len(pairs.candidates):,} texts"
-            score_of = dict(zip(pairs.texts, scores.tolist()))
-            oracle, asked = self._oracle(prompts), {}
-
-            def ask_llm(texts: list[str]) -> dict:
-                answered = oracle(texts)
-                asked.update(answered)
-                return answered
-
-            answers, report = run_score_first(
-                pairs.texts,
-                targets,
-                ask_llm=ask_llm,
-                proxy_scores=lambda texts: {t: score_of[t] for t in texts},
-                sampling=targets.sampling,
-            )
-        except AisqlError as err:
-            raise self._located(err) from None
-        for values, text in prompts.text_of.items():
-            self.values[values] = answers[text]
-        auc = agreement(score_of, asked)  # how well the score ranks the model's own answers, where it answered
-        report.extra["score_auc"] = None if auc is None else round(auc, 3)
-        report.extra.update(proxy=proxy, join_strategy=strategy, join_why=why, join_rows=len(pairs.rows), join_candidates=len(pairs.candidates), **rewrite)
-        self.stats.approximate = report.to_dict()
-        self.stats.join = {"strategy": strategy, "why": why}
-
-    def _answer_classified(self, prompts: PromptSet, pairs, why: str, targets) -> None:
-        """Join as classification (aisql.executor.join_rewrite): every pair answered by its row's
-        classification — its likeliest candidates until they hold TOP_MASS of P(candidate | row) —
-        after a quality check: the model answers every original pair of a seeded sample of rows
-        (the exact plan's prompts and cache key); where the rewrite's recall or precision
-        against those answers is below the targets, the join is evaluated exactly and says so."""
-        from aisql.executor import join_rewrite
-        from aisql.executor.cascade import CascadeReport
-
-        rewrite: dict = {}
-        report = CascadeReport(targets, rows=pairs.pairs)
-        rows = join_rewrite.check_rows(pairs, targets)
-        if len(rows) >= len(pairs.rows):  # the check would ask every pair: the exact plan, without the classification's pass
-            self._answer(prompts)
-            self.stats.approximate = None
-            self.stats.join = {"strategy": "exact", "why": f"the quality check's {len(rows)} rows are every row of the join"}
-            return
-        try:
-            scores = self._classification_scores(pairs, rewrite)
-            picked = join_rewrite.top_mass_matches(pairs, scores)
-            in_check = np.isin(pairs.row_of, rows)
-            checked = [pairs.texts[i] for i in np.flatnonzero(in_check)]
-            oracle = self._oracle(prompts)
-            answers = dict(oracle(checked))
-            labelled = [i for i in np.flatnonzero(in_check) if answers[pairs.texts[i]] is not None]
-            result = join_rewrite.check(picked[labelled], [bool(answers[pairs.texts[i]]) for i in labelled], targets)
-            report.sample = len(checked)
-            if result.passes(targets):
-                for i in np.flatnonzero(~in_check):
-                    answers[pairs.texts[i]] = bool(picked[i])
-                report.proxy_true = int(picked[~in_check].sum())
-                report.proxy_false = int((~picked[~in_check]).sum())
-                report.llm_rows = len(checked)
-            else:
-                report.fallback = (
-                    f"the classification agreed with the model on the check's {result.pairs:,} pairs ({len(rows)} rows) with recall "
-                    f"{_shown(result.recall)}, precision {_shown(result.precision)} (targets {targets.recall:g}, {targets.precision:g})"
-                )
-                answers.update(oracle([t for t in pairs.texts if t not in answers]))
-                report.llm_rows = pairs.pairs
-        except AisqlError as err:
-            raise self._located(err) from None
-        for values, text in prompts.text_of.items():
-            self.values[values] = answers[text]
-        report.estimated_recall, report.estimated_precision = result.recall, result.precision
-        report.extra.update(
-            proxy=f"join as classification: {len(pairs.rows):,} prompts list the {len(pairs.candidates)} candidates",
-            join_strategy="classify", join_why=why, join_rows=len(pairs.rows), join_candidates=len(pairs.candidates),
-            check={"rows": len(rows), **dataclasses.asdict(result)}, guarantee=False, **rewrite,
-        )
-        self.stats.approximate = report.to_dict()
-        self.stats.join = {"strategy": "classify", "why": why}
-
-    def _classification_scores(self, pairs, rewrite: dict) -> np.ndarray:
-        """Join as classification's pass: one AI.CLASSIFY prompt per row, every candidate scored;
-        its prompts cached under their own key, its work in the node's."""
-        from aisql.executor import join_rewrite
-        from aisql.functions.ai_classify import FUNCTION as CLASSIFY
-
-        task = CLASSIFY.task(join_rewrite.classification_options(pairs))
-        texts = join_rewrite.classification_texts(pairs, self.call.template.render)
-        known, counts = self.answering.answer_texts(
-            dict.fromkeys(texts, 1), task, seen=set(), progress=(f"{self.node.id}-classify", f"{self.call.describe()} [join as classification]")
-        )
-        self.stats.add_engine(counts.work)
-        self.stats.logical_tokens += counts.logical_tokens
-        rewrite.update(
-            rewrite_prompts=len(texts), rewrite_evaluated=counts.prompts_evaluated, rewrite_cached=counts.prompts_cached,
-            rewrite_computed_tokens=counts.work.computed_tokens,
-        )
-        return join_rewrite.classify_scores(pairs, [known[t].logprobs for t in texts])
-
     def _anchor_groups(self, prompts: PromptSet):
         """An AI join anchored on a table that is not the prompt's leading part: evaluate its
         prompts grouped by the anchor's values (the outer loop), token order within a group."""
@@ -661,10 +512,6 @@ class NodeRuntime:
             err.line, err.col = self.call.line, self.call.col
         err.message = f"{self.call.spelling}: {err.message}"
         return err
-
-
-def _shown(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}"
 
 
 DEFAULT_LLM_PROXY_SAMPLING = "uniform"  # measured best with Qwen2.5-0.5B standing in for the 1.5B (RESULTS §26)

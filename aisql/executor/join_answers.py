@@ -1,0 +1,180 @@
+"""An AI join's answers without asking every pair, at run time: which strategy runs (once the
+join's sides are known) and how each answers — join as classification with its check, or
+embedding blocking through the cascade. The scores and rules are aisql.executor.join_rewrite's;
+this module drives them through a node's answering path (aisql.executor.node_runtime), whose
+counts, cache keys and errors they share."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from aisql.errors import AisqlError
+from aisql.executor import join_rewrite
+from aisql.executor.prompts import PromptSet
+from aisql.planner.plan import NodeRole
+
+if TYPE_CHECKING:
+    from aisql.executor.node_runtime import NodeRuntime
+
+
+class JoinAnswers:
+    """One AI join node's rewritten strategies (approximate mode, opt-in)."""
+
+    def __init__(self, runtime: NodeRuntime) -> None:
+        self.rt = runtime
+
+    def strategy(self, prompts: PromptSet, targets):
+        """(pairs, strategy, why) for an AI join in approximate mode (aisql.executor.join_rewrite);
+        None for other nodes, or a join whose prompt does not split into two tables' rows."""
+        if self.rt.node.role is not NodeRole.JOIN or not self.rt.call.function.decides:
+            return None
+        groups = join_rewrite.sides(self.rt.call.argument_tables)
+        if groups is None:
+            if targets.join in ("classify", "embed"):
+                return None, "exact", "the prompt's arguments do not each read one of the join's two tables"
+            return None
+        pairs = join_rewrite.split_pairs(prompts.text_of, groups)
+        problem = join_rewrite.listing_problem(pairs)
+        strategy, why = join_rewrite.choose_strategy(targets.join, len(pairs.candidates), problem, self.rt.options.embeddings is not None)
+        if strategy == "classify":
+            problem = self._listing_overflow(pairs)
+            if problem:
+                strategy, why = ("embed" if targets.join == "auto" and self.rt.options.embeddings is not None else "exact"), problem
+        return pairs, strategy, why
+
+    def _listing_overflow(self, pairs) -> str | None:
+        """Why the candidates' listing with the longest row does not fit the model's context."""
+        from aisql.functions.ai_classify import FUNCTION as CLASSIFY
+
+        engine = self.rt.engine
+        task = CLASSIFY.task(join_rewrite.classification_options(pairs))
+        longest = max(join_rewrite.classification_texts(pairs, self.rt.call.template.render), key=len)
+        needed = len(engine.encode_prompt(task.framing, longest)) + max(len(engine.encode_label(label, task.framing)) for label in task.labels)
+        if needed > engine.info.max_context:
+            return f"the candidates' listing with the longest row takes {needed:,} tokens, more than the model's context ({engine.info.max_context:,})"
+        return None
+
+    def answer(self, prompts: PromptSet, pairs, strategy: str, why: str, targets) -> None:
+        """An AI join answered without asking every pair (aisql.executor.join_rewrite): join as
+        classification (its own answers, checked on a sample of rows) or embedding blocking
+        (the pairs' cosine as the cascade's score: recall and precision guaranteed)."""
+        from aisql.executor.score_first import agreement, run_score_first
+
+        targets = join_rewrite.join_targets(targets)
+        self.rt.stats.prompts_total += sum(prompts.counts.values())
+        self.rt.stats.prompts_unique += len(prompts.counts)
+        self.rt.stats.strategy = f"join-{strategy}"
+        rewrite: dict = {}
+        if strategy == "classify":
+            return self._answer_classified(prompts, pairs, why, targets)
+        try:
+            from aisql.executor.embedding_vectors import vectors_for
+
+            scores = join_rewrite.embed_scores(pairs, lambda texts: vectors_for(texts, self.rt.options.embeddings, self.rt.answering))
+            rewrite["embedded_texts"] = len(pairs.rows) + len(pairs.candidates)
+            proxy = f"embeddings: {len(pairs.rows):,} + {len(pairs.candidates):,} texts"
+            score_of = dict(zip(pairs.texts, scores.tolist()))
+            oracle, asked = self.rt._oracle(prompts), {}
+
+            def ask_llm(texts: list[str]) -> dict:
+                answered = oracle(texts)
+                asked.update(answered)
+                return answered
+
+            answers, report = run_score_first(
+                pairs.texts,
+                targets,
+                ask_llm=ask_llm,
+                proxy_scores=lambda texts: {t: score_of[t] for t in texts},
+                sampling=targets.sampling,
+            )
+        except AisqlError as err:
+            raise self.rt._located(err) from None
+        for values, text in prompts.text_of.items():
+            self.rt.values[values] = answers[text]
+        auc = agreement(score_of, asked)  # how well the score ranks the model's own answers, where it answered
+        report.extra["score_auc"] = None if auc is None else round(auc, 3)
+        report.extra.update(proxy=proxy, join_strategy=strategy, join_why=why, join_rows=len(pairs.rows), join_candidates=len(pairs.candidates), **rewrite)
+        self.rt.stats.approximate = report.to_dict()
+        self.rt.stats.join = {"strategy": strategy, "why": why}
+
+    def _answer_classified(self, prompts: PromptSet, pairs, why: str, targets) -> None:
+        """Join as classification (aisql.executor.join_rewrite): every pair answered by its row's
+        classification — its likeliest candidates until they hold TOP_MASS of P(candidate | row) —
+        after a quality check: the model answers every original pair of a seeded sample of rows
+        (the exact plan's prompts and cache key); where the rewrite's recall or precision
+        against those answers is below the targets, the join is evaluated exactly and says so."""
+        from aisql.executor.cascade import CascadeReport
+        from aisql.executor.score_first import agreement
+
+        rewrite: dict = {}
+        report = CascadeReport(targets, rows=pairs.pairs)
+        rows = join_rewrite.check_rows(pairs, targets)
+        if len(rows) >= len(pairs.rows):  # the check would ask every pair: the exact plan, without the classification's pass
+            self.rt._answer(prompts)
+            self.rt.stats.approximate = None
+            self.rt.stats.join = {"strategy": "exact", "why": f"the quality check's {len(rows)} rows are every row of the join"}
+            return
+        try:
+            scores = self._classification_scores(pairs, rewrite)
+            picked = join_rewrite.top_mass_matches(pairs, scores)
+            in_check = np.isin(pairs.row_of, rows)
+            checked = [pairs.texts[i] for i in np.flatnonzero(in_check)]
+            oracle = self.rt._oracle(prompts)
+            answers = dict(oracle(checked))
+            labelled = [i for i in np.flatnonzero(in_check) if answers[pairs.texts[i]] is not None]
+            result = join_rewrite.check(picked[labelled], [bool(answers[pairs.texts[i]]) for i in labelled], targets)
+            report.sample = len(checked)
+            if result.passes(targets):
+                for i in np.flatnonzero(~in_check):
+                    answers[pairs.texts[i]] = bool(picked[i])
+                report.proxy_true = int(picked[~in_check].sum())
+                report.proxy_false = int((~picked[~in_check]).sum())
+                report.llm_rows = len(checked)
+            else:
+                report.fallback = (
+                    f"the classification agreed with the model on the check's {result.pairs:,} pairs ({len(rows)} rows) with recall "
+                    f"{_shown(result.recall)}, precision {_shown(result.precision)} (targets {targets.recall:g}, {targets.precision:g})"
+                )
+                answers.update(oracle([t for t in pairs.texts if t not in answers]))
+                report.llm_rows = pairs.pairs
+        except AisqlError as err:
+            raise self.rt._located(err) from None
+        for values, text in prompts.text_of.items():
+            self.rt.values[values] = answers[text]
+        report.estimated_recall, report.estimated_precision = result.recall, result.precision
+        report.thresholds = (float("nan"), float("nan"))  # none: the rewrite answers by its own rule
+        auc = agreement({pairs.texts[i]: float(scores[i]) for i in labelled}, {pairs.texts[i]: answers[pairs.texts[i]] for i in labelled})
+        report.extra.update(
+            score_auc=None if auc is None else round(auc, 3),  # how well P(candidate | row) ranks the model's own answers on the check
+            proxy=f"join as classification: {len(pairs.rows):,} prompts list the {len(pairs.candidates)} candidates",
+            join_strategy="classify", join_why=why, join_rows=len(pairs.rows), join_candidates=len(pairs.candidates),
+            check={"rows": len(rows), **dataclasses.asdict(result)}, guarantee=False, **rewrite,
+        )
+        self.rt.stats.approximate = report.to_dict()
+        self.rt.stats.join = {"strategy": "classify", "why": why}
+
+    def _classification_scores(self, pairs, rewrite: dict) -> np.ndarray:
+        """Join as classification's pass: one AI.CLASSIFY prompt per row, every candidate scored;
+        its prompts cached under their own key, its work in the node's."""
+        from aisql.functions.ai_classify import FUNCTION as CLASSIFY
+
+        task = CLASSIFY.task(join_rewrite.classification_options(pairs))
+        texts = join_rewrite.classification_texts(pairs, self.rt.call.template.render)
+        known, counts = self.rt.answering.answer_texts(
+            dict.fromkeys(texts, 1), task, seen=set(), progress=(f"{self.rt.node.id}-classify", f"{self.rt.call.describe()} [join as classification]")
+        )
+        self.rt.stats.add_engine(counts.work)
+        self.rt.stats.logical_tokens += counts.logical_tokens
+        rewrite.update(
+            rewrite_prompts=len(texts), rewrite_evaluated=counts.prompts_evaluated, rewrite_cached=counts.prompts_cached,
+            rewrite_computed_tokens=counts.work.computed_tokens,
+        )
+        return join_rewrite.classify_scores(pairs, [known[t].logprobs for t in texts])
+
+
+def _shown(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
