@@ -165,17 +165,14 @@ def test_join_exact_keeps_the_exact_plan_under_approximate_mode(make_connection)
     assert forced.stats.nodes[0].computed_tokens == exact.stats.nodes[0].computed_tokens
 
 
-@pytest.mark.slow
-def test_a_listing_past_the_context_does_not_fire(make_connection):
-    """Candidates whose listing (with the longest row) cannot fit the model's context: the rule
-    does not fire; the node runs exactly and says why."""
-    long_aspects = tuple(f"aspect {i} " + "very long description " * 150 for i in range(8))
-    con = with_aspects(make_connection(), long_aspects)
-    con.duckdb.execute("CREATE OR REPLACE TABLE reviews AS SELECT * FROM reviews WHERE id <= 24")
-    result = con.run(JOIN.format(options=", {'join': 'classify'}"))
+def test_a_listing_of_long_candidates_does_not_fire(make_connection):
+    """Candidates that are not label-like (averaging more than 16 of the model's tokens: each row
+    would pay every one of them) are not listed: the node runs exactly and says why."""
+    wordy = with_aspects(make_connection(), tuple(f"aspect {i} " + "in some words " * 12 for i in range(8)))
+    result = wordy.run(JOIN.format(options=", {'join': 'classify'}"))
     node = result.stats.nodes[0]
-    assert node.join["strategy"] == "exact" and "model's context" in node.join["why"]
-    assert node.approximate is None and result.table.num_rows >= 0
+    assert node.join["strategy"] == "exact" and "tokens (more than 16)" in node.join["why"]
+    assert "would cost about what asking the pairs does" in node.join["why"] and node.approximate is None
 
 
 @pytest.mark.parametrize(

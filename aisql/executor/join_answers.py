@@ -46,13 +46,23 @@ class JoinAnswers:
         return pairs, strategy, why
 
     def _listing_overflow(self, pairs) -> str | None:
-        """Why the candidates' listing with the longest row does not fit the model's context."""
+        """Why the candidates, measured in the model's tokens, cannot be listed: labels too long
+        to be label-like (each row pays every label's tokens: little under the exact plan, which
+        pays them per pair plus a short framing), or the listing with the longest row past the
+        model's context."""
         from aisql.functions.ai_classify import FUNCTION as CLASSIFY
 
         engine = self.rt.engine
         task = CLASSIFY.task(join_rewrite.classification_options(pairs))
+        label_tokens = [len(engine.encode_label(label, task.framing)) for label in task.labels]
+        mean = sum(label_tokens) / len(label_tokens)
+        if mean > join_rewrite.MAX_LABEL_TOKENS:
+            return (
+                f"the candidates average {mean:.0f} tokens (more than {join_rewrite.MAX_LABEL_TOKENS}): scoring each one for every row "
+                "would cost about what asking the pairs does"
+            )
         longest = max(join_rewrite.classification_texts(pairs, self.rt.call.template.render), key=len)
-        needed = len(engine.encode_prompt(task.framing, longest)) + max(len(engine.encode_label(label, task.framing)) for label in task.labels)
+        needed = len(engine.encode_prompt(task.framing, longest)) + max(label_tokens)
         if needed > engine.info.max_context:
             return f"the candidates' listing with the longest row takes {needed:,} tokens, more than the model's context ({engine.info.max_context:,})"
         return None

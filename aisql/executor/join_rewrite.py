@@ -46,6 +46,7 @@ TASK_DESCRIPTION = (
     "The input is a statement in which {mark} stands for one of the categories. "
     "Choose the category that makes the statement true."
 )
+MAX_LABEL_TOKENS = 16  # candidates longer on average are not label-like: a listing saves little (join_answers)
 TOP_MASS = 0.5  # a row's matches: its likeliest candidates until they hold this share of P(candidate | row)
 CHECK_ROWS = 16  # the quality check's rows at least (all their original pairs asked), or CHECK_SHARE of the rows
 CHECK_SHARE = 0.05
@@ -157,7 +158,7 @@ def plan_line(strategy: str, why: str, rows: int, candidates: int) -> str:
     if strategy == "classify":
         return (
             f"join as classification ({why}): {rows:,} prompts, one per row, each scoring the {candidates} candidates listed in a "
-            f"shared prefix (if the listing fits the model's context), instead of {pairs}; checked against the model on a "
+            f"shared prefix (if they are label-like and fit the model's context), instead of {pairs}; checked against the model on a "
             f"sample of rows (at least {CHECK_ROWS}), exact if the check misses the targets"
         )
     if strategy == "embed":
