@@ -140,6 +140,8 @@ def test_a_rewrite_that_would_miss_its_target_falls_back(make_connection, monkey
     few.duckdb.execute("DELETE FROM reviews WHERE id > 12")
     small = few.run(JOIN.format(options=", {'join': 'classify'}")).stats.nodes[0]
     assert small.join["strategy"] == "exact" and "every row" in small.join["why"] and small.approximate is None
+    plain = few.run(JOIN.format(options="")).stats.nodes[0]
+    assert (small.prompts_total, small.prompts_unique, small.strategy) == (plain.prompts_total, plain.prompts_unique, plain.strategy)
     assert report["llm_answered"] == report["rows"]
     assert result.table.to_pylist() == exact
     assert not result.stats.is_approximate

@@ -39,6 +39,9 @@ class JoinAnswers:
         pairs = join_rewrite.split_pairs(prompts.text_of, groups)
         problem = join_rewrite.listing_problem(pairs)
         strategy, why = join_rewrite.choose_strategy(targets.join, len(pairs.candidates), problem, self.rt.options.embeddings is not None)
+        if strategy == "classify" and len(join_rewrite.check_rows(pairs, targets)) >= len(pairs.rows):
+            # the check would ask every pair: the exact plan, without the classification's pass
+            return pairs, "exact", f"the quality check's rows would be every row of the join ({len(pairs.rows)})"
         if strategy == "classify":
             problem = self._listing_overflow(pairs)
             if problem:
@@ -123,11 +126,6 @@ class JoinAnswers:
         rewrite: dict = {}
         report = CascadeReport(targets, rows=pairs.pairs)
         rows = join_rewrite.check_rows(pairs, targets)
-        if len(rows) >= len(pairs.rows):  # the check would ask every pair: the exact plan, without the classification's pass
-            self.rt._answer(prompts)
-            self.rt.stats.approximate = None
-            self.rt.stats.join = {"strategy": "exact", "why": f"the quality check's {len(rows)} rows are every row of the join"}
-            return
         try:
             scores = self._classification_scores(pairs, rewrite)
             picked = join_rewrite.top_mass_matches(pairs, scores)
