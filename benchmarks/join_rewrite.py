@@ -151,18 +151,18 @@ def classification_alone(con, template: str, model: str) -> dict:
     from aisql.executor import join_rewrite as rewrite
 
     got: dict = {}
-    original = rewrite.top_mass_matches
+    original = rewrite.above_uniform_matches
 
-    def spy(pairs, scores, mass=rewrite.TOP_MASS):
-        picked = original(pairs, scores, mass)
+    def spy(pairs, scores):
+        picked = original(pairs, scores)
         got.update(texts=pairs.texts, scores=np.asarray(scores, dtype=float), picked=np.asarray(picked, dtype=bool))
         return picked
 
-    rewrite.top_mass_matches = spy
+    rewrite.above_uniform_matches = spy
     try:
         con.run(template.format(options=options("classify@0.1", 1)))
     finally:
-        rewrite.top_mass_matches = original
+        rewrite.above_uniform_matches = original
     marker = "\\nDoes this review mention or suggest "
     keys = [(t.rsplit(marker, 1)[0], t.rsplit(marker, 1)[1][:-1]) for t in got["texts"]]
     labels = {tuple(r) for r in con.sql(

@@ -78,14 +78,14 @@ def test_embedding_scores_in_blocks_equal_the_whole_product(monkeypatch):
         assert np.isclose(whole[pairs.texts.index(text)], expected[candidate] / expected.sum())
 
 
-def test_top_mass_picks_a_rows_likeliest_candidates_until_they_hold_half():
+def test_a_rows_matches_are_the_candidates_rated_above_an_even_spread():
     text_of = {(f"r{i}", c): f"{i}{c}" for i in range(5) for c in "abcd"}
     pairs = join_rewrite.split_pairs(text_of, ((0,), (1,)))
     by_row = {0: [0.7, 0.1, 0.1, 0.1], 1: [0.3, 0.3, 0.2, 0.2], 2: [0.25, 0.25, 0.25, 0.25], 3: [0.1, 0.1, 0.1, 0.7], 4: [0.0, 0.5, 0.5, 0.0]}
     scores = np.array([by_row[r][c] for r, c in zip(pairs.row_of, pairs.candidate_of)])
-    picked = join_rewrite.top_mass_matches(pairs, scores)
+    picked = join_rewrite.above_uniform_matches(pairs, scores)
     chosen = {(pairs.rows[r][0], pairs.candidates[c][0]) for r, c, p in zip(pairs.row_of, pairs.candidate_of, picked) if p}
-    assert chosen == {("r0", "a"), ("r1", "a"), ("r1", "b"), ("r2", "a"), ("r2", "b"), ("r3", "d"), ("r4", "b")}  # sure: one; spread: until half
+    assert chosen == {("r0", "a"), ("r1", "a"), ("r1", "b"), ("r3", "d"), ("r4", "b"), ("r4", "c")}  # sure: one; even: none
 
 
 def test_the_check_reads_recall_and_precision_against_the_model():
@@ -128,7 +128,7 @@ def test_join_as_classification_runs_checks_and_is_said(make_connection, tmp_pat
 
 def test_a_rewrite_that_would_miss_its_target_falls_back(make_connection, monkeypatch):
     """The quality check that can say no: a classification without signal (every candidate
-    equally likely: the first half of each row's candidates picked) misses recall/precision 0.9
+    equally likely: none picked) misses recall/precision 0.9
     against the model on the check's rows, so the node is evaluated exactly — the exact plan's
     answers — and says so."""
     monkeypatch.setattr(join_rewrite, "classify_scores", lambda pairs, logprobs: np.full(pairs.pairs, 1.0 / len(pairs.candidates)))

@@ -116,7 +116,7 @@ class JoinAnswers:
 
     def _answer_classified(self, prompts: PromptSet, pairs, why: str, targets) -> None:
         """Join as classification (aisql.executor.join_rewrite): every pair answered by its row's
-        classification — its likeliest candidates until they hold TOP_MASS of P(candidate | row) —
+        classification — the candidates it rates above an even spread, P(candidate | row) > 1 / M —
         after a quality check: the model answers every original pair of a seeded sample of rows
         (the exact plan's prompts and cache key); where the rewrite's recall or precision
         against those answers is below the targets, the join is evaluated exactly and says so."""
@@ -128,7 +128,7 @@ class JoinAnswers:
         rows = join_rewrite.check_rows(pairs, targets)
         try:
             scores = self._classification_scores(pairs, rewrite)
-            picked = join_rewrite.top_mass_matches(pairs, scores)
+            picked = join_rewrite.above_uniform_matches(pairs, scores)
             in_check = np.isin(pairs.row_of, rows)
             checked = [pairs.texts[i] for i in np.flatnonzero(in_check)]
             oracle = self.rt._oracle(prompts)

@@ -13,9 +13,9 @@ Both strategies score P(candidate | row) — a distribution over the smaller sid
   categories (the list is a prefix every row shares), the row's prompt follows with the
   candidates' places marked, and every candidate is scored in the one pass over the row
   (AI.CLASSIFY's scoring: labels of several tokens by full likelihood). N prompts, cached under
-  their own key (they are other prompts). The rewrite answers the pairs itself — a row's
-  likeliest candidates until they hold TOP_MASS of its probability (a softmax is single-label, a
-  join many-to-many) — after a quality check: the model answers every original pair of a
+  their own key (they are other prompts). The rewrite answers the pairs itself — the
+  candidates a row's classification rates above an even spread (above_uniform_matches) —
+  after a quality check: the model answers every original pair of a
   seeded sample of rows (whole rows: each row's prefix once, as the exact plan computes it);
   where the rewrite's recall or precision against those answers is below the targets, the join
   is evaluated exactly and says so. A check on a few rows, not a bound: its point estimates
@@ -47,7 +47,6 @@ TASK_DESCRIPTION = (
     "Choose the category that makes the statement true."
 )
 MAX_LABEL_TOKENS = 16  # candidates longer on average are not label-like: a listing saves little (join_answers)
-TOP_MASS = 0.5  # a row's matches: its likeliest candidates until they hold this share of P(candidate | row)
 CHECK_ROWS = 16  # the quality check's rows at least (all their original pairs asked), or CHECK_SHARE of the rows
 CHECK_SHARE = 0.05
 EMBED_TEMPERATURE = 0.05  # cosines of the project's embedding model span ~0-0.7: sharp enough to rank a row's candidates
@@ -200,21 +199,13 @@ def classify_scores(pairs: JoinPairs, label_logprobs: Sequence[Sequence[float]])
     return matrix[pairs.row_of, pairs.candidate_of]
 
 
-def top_mass_matches(pairs: JoinPairs, scores: np.ndarray, mass: float = TOP_MASS) -> np.ndarray:
-    """Join as classification's answer per pair: for each row, its candidates in order of
-    P(candidate | row) until they hold `mass` of the row's probability — one candidate where the
-    model is sure, several where it spreads (a softmax over candidates is single-label; a join
-    is many-to-many). Ties broken by candidate order, so the answer is a function of the scores."""
-    picked = np.zeros(pairs.pairs, dtype=bool)
-    order = np.lexsort((pairs.candidate_of, -scores, pairs.row_of))  # by row, then score falling
-    rows = pairs.row_of[order]
-    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
-    ends = np.r_[starts[1:], len(order)]
-    for start, end in zip(starts, ends):
-        held = np.cumsum(scores[order[start:end]])
-        count = int(np.searchsorted(held, mass - 1e-12)) + 1  # the first prefix reaching the mass
-        picked[order[start : start + min(count, end - start)]] = True
-    return picked
+def above_uniform_matches(pairs: JoinPairs, scores: np.ndarray) -> np.ndarray:
+    """Join as classification's answer per pair: the candidates the row's classification rates
+    above an even spread, P(candidate | row) > 1 / M — none where it cannot tell them apart,
+    several where it spreads over a few (a softmax is single-label; a join is many-to-many).
+    Chosen by F1 against human labels over every labelled many-to-many join here (RESULTS §30,
+    `benchmarks/join_rules.py`): above top-p 0.3-0.9, top-1..3 and P >= 2/M, 3/M on average."""
+    return np.asarray(scores) > 1.0 / len(pairs.candidates)
 
 
 def check_rows(pairs: JoinPairs, targets: Targets) -> list[int]:
