@@ -146,9 +146,8 @@ def classification_alone(con, template: str, model: str) -> dict:
     """Join as classification's own picks and scores over every pair (no check, nothing asked
     of the model but the cached classification), against the exact plan's answers and the human
     labels: what the rewrite answers where its check passes. Genres only (pairs by their text)."""
-    from scipy.stats import rankdata
-
     from aisql.executor import join_rewrite as rewrite
+    from aisql.executor.score_first import agreement
 
     got: dict = {}
     original = rewrite.above_uniform_matches
@@ -174,19 +173,15 @@ def classification_alone(con, template: str, model: str) -> dict:
     ).fetchall()}  # every pair's text, to check the keys cover them
     picked, scores = got["picked"], got["scores"]
 
-    def auc(y):
-        y = np.asarray(y, dtype=bool)
-        if y.all() or not y.any():
-            return None
-        ranks = rankdata(scores)
-        return round(float((ranks[y].sum() - y.sum() * (y.sum() + 1) / 2) / (y.sum() * (~y).sum())), 3)
+    score_of = dict(zip(got["texts"], scores.tolist()))
+    auc = agreement(score_of, dict(zip(got["texts"], human.tolist())))  # the cascade's AUC (aisql.executor.score_first)
 
     return {
         "pairs": len(keys),
         "pairs_cover_the_join": exact_texts == set(got["texts"]),
         "picked": int(picked.sum()),
         "vs_labels": {"recall": round(float((picked & human).sum() / human.sum()), 4), "precision": round(float((picked & human).sum() / max(1, picked.sum())), 4)},
-        "score_auc_vs_labels": auc(human),
+        "score_auc_vs_labels": None if auc is None else round(auc, 3),
     }
 
 

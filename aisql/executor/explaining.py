@@ -180,13 +180,11 @@ def _join_line(con: duckdb.DuckDBPyConnection, node, targets, session: ModelSess
     groups = join_rewrite.sides(node.call.argument_tables)
     if groups is None or node.estimate_sql is None:
         return None
-    counts = []
-    for group in groups:
-        columns = ", ".join(f"{ARG_PREFIX}{i}" for i in group)
-        try:
-            counts.append(con.sql(f"SELECT count(DISTINCT ({columns})) FROM ({node.estimate_sql})").fetchall()[0][0])
-        except duckdb.Error:
-            return None
+    distinct = ", ".join("count(DISTINCT ({}))".format(", ".join(f"{ARG_PREFIX}{i}" for i in group)) for group in groups)
+    try:
+        counts = con.sql(f"SELECT {distinct} FROM ({node.estimate_sql})").fetchall()[0]  # both sides in one scan
+    except duckdb.Error:
+        return None
     rows, candidates = max(counts), min(counts)
     try:
         has_embeddings = session.embedding_model() is not None

@@ -25,6 +25,16 @@ class JoinAnswers:
 
     def __init__(self, runtime: NodeRuntime) -> None:
         self.rt = runtime
+        self._listing = None  # (AI.CLASSIFY task, one prompt per row): built once, read by the checks and the pass
+
+    def listing(self, pairs):
+        """Join as classification's task (the candidates as categories) and its prompt per row."""
+        if self._listing is None:
+            from aisql.functions.ai_classify import FUNCTION as CLASSIFY
+
+            task = CLASSIFY.task(join_rewrite.classification_options(pairs))
+            self._listing = task, join_rewrite.classification_texts(pairs, self.rt.call.template.render)
+        return self._listing
 
     def strategy(self, prompts: PromptSet, targets):
         """(pairs, strategy, why) for an AI join in approximate mode (aisql.executor.join_rewrite);
@@ -53,10 +63,8 @@ class JoinAnswers:
         to be label-like (each row pays every label's tokens: little under the exact plan, which
         pays them per pair plus a short framing), or the listing with the longest row past the
         model's context."""
-        from aisql.functions.ai_classify import FUNCTION as CLASSIFY
-
         engine = self.rt.engine
-        task = CLASSIFY.task(join_rewrite.classification_options(pairs))
+        task, texts = self.listing(pairs)
         label_tokens = [len(engine.encode_label(label, task.framing)) for label in task.labels]
         mean = sum(label_tokens) / len(label_tokens)
         if mean > join_rewrite.MAX_LABEL_TOKENS:
@@ -64,7 +72,7 @@ class JoinAnswers:
                 f"the candidates average {mean:.0f} tokens (more than {join_rewrite.MAX_LABEL_TOKENS}): scoring each one for every row "
                 "would cost about what asking the pairs does"
             )
-        longest = max(join_rewrite.classification_texts(pairs, self.rt.call.template.render), key=len)
+        longest = max(texts, key=len)
         needed = len(engine.encode_prompt(task.framing, longest)) + max(label_tokens)
         if needed > engine.info.max_context:
             return f"the candidates' listing with the longest row takes {needed:,} tokens, more than the model's context ({engine.info.max_context:,})"
@@ -168,10 +176,7 @@ class JoinAnswers:
     def _classification_scores(self, pairs, rewrite: dict) -> np.ndarray:
         """Join as classification's pass: one AI.CLASSIFY prompt per row, every candidate scored;
         its prompts cached under their own key, its work in the node's."""
-        from aisql.functions.ai_classify import FUNCTION as CLASSIFY
-
-        task = CLASSIFY.task(join_rewrite.classification_options(pairs))
-        texts = join_rewrite.classification_texts(pairs, self.rt.call.template.render)
+        task, texts = self.listing(pairs)
         known, counts = self.rt.answering.answer_texts(
             dict.fromkeys(texts, 1), task, seen=set(), progress=(f"{self.rt.node.id}-classify", f"{self.rt.call.describe()} [join as classification]")
         )
