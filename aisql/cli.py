@@ -531,11 +531,14 @@ def _open_cache(path: str | None):
 @click.option("--max-body-size", default="4MiB", show_default=True, metavar="SIZE", help="Largest request body accepted (413 beyond).")
 @click.option("--max-connections", default=1024, show_default=True, type=click.IntRange(min=1), help="Open connections at most; more are closed as they arrive.")
 @click.option("--read-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.1), metavar="S", help="Seconds a request may take to arrive (headers and body).")
+@click.option("--replicas", default=1, show_default=True, type=click.IntRange(1, 256), metavar="N", help="Engines behind this one API, each a Ray actor with the full KV budget (--threads each on CPU; needs the [ray] extra).")
+@click.option("--routing", type=click.Choice(["cache-aware", "round-robin", "least-load"]), default="cache-aware", show_default=True, help="Which replica takes a request: the one holding the longest prefix of its prompt (a named conversation stays put; the least loaded when it is --routing-imbalance requests busier), or the baselines.")
+@click.option("--routing-imbalance", default=8, show_default=True, type=click.IntRange(min=0), metavar="N", help="Cache-aware routing yields to the least-loaded replica when the chosen one has more than N requests above it.")
 @click.option("--debug", is_flag=True, hidden=True)
 @_handle_errors
 def serve(
     model, host, port, served_model_name, api_keys, metrics_keys, cache_isolation, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
-    max_running, prefill_chunk, max_kv_tokens, max_body_size, max_connections, read_timeout, debug,
+    max_running, prefill_chunk, max_kv_tokens, max_body_size, max_connections, read_timeout, replicas, routing, routing_imbalance, debug,
 ):
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
     streaming), with cross-request prefix caching and continuous batching."""
@@ -558,11 +561,21 @@ def serve(
             hint="for vLLM, run `vllm serve`; a remote server already serves its model",
         )
     sock = listen(host, port)  # a taken port fails here, before loading or announcing anything
-    engine = load_resolved(resolved, options)
+    pool = None
+    if replicas > 1:
+        from aisql.serve.replicas import start_pool
+
+        pool, engine = start_pool(
+            resolved, model or resolved.name, options, replicas=replicas, routing=routing, imbalance=routing_imbalance,
+            serving={"max_running": max_running, "prefill_chunk": prefill_chunk, "max_kv_tokens": max_kv_tokens},
+            threads=threads,
+        )
+    else:
+        engine = load_resolved(resolved, options)
     name = served_model_name or engine.info.name
     server = OpenAIServer(
         engine, name, max_running=max_running, prefill_chunk=prefill_chunk, max_kv_tokens=max_kv_tokens,
-        api_keys=api_keys, cache_isolation=cache_isolation, limits=limits, metrics_keys=metrics_keys,
+        api_keys=api_keys, cache_isolation=cache_isolation, limits=limits, metrics_keys=metrics_keys, replicas=pool,
     )
     if engine.info.note:
         stderr.print(f"[yellow]note:[/yellow] model {_escape(name)}: {_escape(engine.info.note)}")
@@ -570,7 +583,9 @@ def serve(
     bound = sock.getsockname()[1]
     auth = f", {len(api_keys)} API key(s), cache {server.cache_isolation}" if api_keys else ""
     governor = getattr(engine, "threads", None)
-    how = ", ".join(part for part in (engine.info.dtype, getattr(engine.info, "kernels", None), governor and governor.describe()) if part)
+    how = ", ".join(
+        part for part in (engine.info.dtype, getattr(engine.info, "kernels", None), governor and governor.describe(), pool and pool.describe()) if part
+    )
     stderr.print(f"serving [bold]{_escape(name)}[/bold] on {engine.info.device} ({how}) at http://{host_port(host, bound)}/v1{auth} (Ctrl+C stops)")
     http.run(sockets=[sock])
 

@@ -66,6 +66,7 @@ class _Choice:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[dict[int, float]] = field(default_factory=list)
+    session: str | None = None  # the conversation the client named (replicas route it to one place)
 
 
 @dataclass
@@ -91,10 +92,14 @@ class OpenAIServer:
         cache_isolation: str | None = None,
         limits: RequestLimits = RequestLimits(),
         metrics_keys: Sequence[str] = (),
+        replicas=None,
     ) -> None:
         """`api_keys`: accepted Bearer tokens (none: no authentication). `cache_isolation`:
         "per-key" (each key its own prefix cache; the default with several keys) or "shared".
-        `metrics_keys`: the operator's tokens for /metrics (see `_authorize_metrics`)."""
+        `metrics_keys`: the operator's tokens for /metrics (see `_authorize_metrics`).
+        `replicas`: a started aisql.serve.replicas.ReplicaPool to route requests to; `engine` is
+        then only the model's front (tokenizer, info, format), and the serving options are the
+        replicas'."""
         self.engine = engine
         self.model_name = model_name
         self.tokenizer = engine.tokenizer
@@ -106,7 +111,11 @@ class OpenAIServer:
             raise ValueError(f"unknown cache isolation {isolation!r}: use per-key or shared")
         self.cache_isolation = isolation
         self._max_prompt_chars = engine.info.max_context * max((len(t) for t in self.tokenizer.get_vocab()), default=1)
-        self.serving = ServingEngine(engine, max_running=max_running, prefill_chunk=prefill_chunk, max_kv_tokens=max_kv_tokens)
+        self.replicas = replicas
+        if replicas is not None:
+            self.serving = replicas
+        else:
+            self.serving = ServingEngine(engine, max_running=max_running, prefill_chunk=prefill_chunk, max_kv_tokens=max_kv_tokens)
         self.metrics = ServerMetrics(self.serving, model_name)
         self.created = int(time.time())
         routes = [
@@ -124,14 +133,22 @@ class OpenAIServer:
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette):
+        if self.replicas is not None:
+            self.replicas.start_watching()  # deaths are learnt in this loop
         yield
-        self.serving.close()  # the engine thread ends with the server
+        self.serving.close()  # the engine thread (or the replicas) end with the server
 
     # ---- small endpoints -------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": self.model_name})
+        if self.replicas is None:
+            return JSONResponse({"status": "ok", "model": self.model_name})
+        ready = self.replicas.ready
+        body = {"status": "ok" if ready else "unavailable", "model": self.model_name, "replicas": {"ready": ready, "of": self.replicas.count}}
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     async def prometheus(self, request: Request) -> Response:
+        if self.replicas is not None:
+            await self.replicas.refresh()
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def models(self, request: Request) -> Response:
@@ -152,7 +169,7 @@ class OpenAIServer:
         prompts = [self._encode_text(p) if isinstance(p, str) else self._check_ids(p) for p in parsed.prompts]
         if parsed.sampling.allowed_token_ids is not None:
             self._check_ids(parsed.sampling.allowed_token_ids, "allowed_token_ids")
-        choices = self._choices(prompts, parsed.sampling, self._salt(request, parsed.sampling))
+        choices = self._choices(prompts, parsed.sampling, self._salt(request, parsed.sampling), self._session(request, parsed.sampling))
         kind = "text_completion"
         response_id = f"cmpl-{uuid.uuid4().hex}"
 
@@ -194,7 +211,7 @@ class OpenAIServer:
         self._check_model(parsed.model)
         self._check_counts(1, parsed.sampling.n)
         prompt = self._encode_chat(parsed.messages)
-        choices = self._choices([prompt], parsed.sampling, self._salt(request, parsed.sampling))
+        choices = self._choices([prompt], parsed.sampling, self._salt(request, parsed.sampling), self._session(request, parsed.sampling))
         kind = "chat.completion.chunk"
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
 
@@ -236,7 +253,9 @@ class OpenAIServer:
         return JSONResponse(body)
 
     # ---- requests to choices ---------------------------------------------------------------
-    def _choices(self, prompts: list[list[int]], sampling: Sampling, salt: str | None) -> list[_Choice]:
+    def _choices(self, prompts: list[list[int]], sampling: Sampling, salt: str | None, session: str | None = None) -> list[_Choice]:
+        if self.replicas is not None and not self.replicas.ready:
+            raise ApiError("no replica is ready (restarting); retry shortly", status=503, kind="server_error", code="unavailable")
         context = self.engine.info.max_context
         choices = []
         for prompt in prompts:
@@ -260,7 +279,7 @@ class OpenAIServer:
                     allowed_token_ids=tuple(sampling.allowed_token_ids) if sampling.allowed_token_ids else None,
                     cache_salt=salt,
                 )
-                choices.append(_Choice(len(choices), len(prompt), TextStream(self.tokenizer, sampling.stop), request))
+                choices.append(_Choice(len(choices), len(prompt), TextStream(self.tokenizer, sampling.stop), request, session=session))
         return choices
 
     async def _events(self, request: Request, choices: list[_Choice]) -> AsyncIterator[_Delta]:
@@ -270,7 +289,10 @@ class OpenAIServer:
         queue: asyncio.Queue = asyncio.Queue()
         for choice in choices:
             sink = _sink(loop, queue, choice.index)
-            choice.handle = self.serving.submit(choice.request, sink)
+            if self.replicas is not None:
+                choice.handle = self.replicas.submit(choice.request, sink, session=choice.session)
+            else:
+                choice.handle = self.serving.submit(choice.request, sink)
         pending = len(choices)
         try:
             while pending:
@@ -313,8 +335,11 @@ class OpenAIServer:
                     choice.handle.cancel()
 
     async def _gather(self, request: Request, choices: list[_Choice]) -> None:
-        async for _ in self._events(request, choices):
-            pass
+        try:
+            async for _ in self._events(request, choices):
+                pass
+        except RuntimeError as err:  # the engine (or the replica) failed this request: say so, not "internal error"
+            raise ApiError(str(err), status=500, kind="server_error") from None
 
     def _stream(
         self,
@@ -432,6 +457,16 @@ class OpenAIServer:
         if sampling.cache_salt:
             parts.append(hashlib.sha256(sampling.cache_salt.encode()).hexdigest()[:16])
         return ":".join(parts) or None
+
+    def _session(self, request: Request, sampling: Sampling) -> str | None:
+        """The conversation a request belongs to, where the client names one (the X-Session-Id
+        header, else OpenAI's `user`), within the request's cache partition."""
+        if self.replicas is None:
+            return None
+        named = request.headers.get("x-session-id") or sampling.user
+        if not named:
+            return None
+        return f"{self._salt(request, sampling) or ''}|{named[:256]}"
 
     # ---- encoding and logprobs -------------------------------------------------------------
     def _encode_text(self, text: str) -> list[int]:

@@ -142,6 +142,7 @@ class Sampling:
     stream: bool = False
     include_usage: bool = False
     cache_salt: str | None = None
+    user: str | None = None  # OpenAI's end-user id: a conversation to keep on one replica
 
 
 @dataclass
@@ -216,7 +217,15 @@ def _sampling(body: _Request, max_tokens: int) -> Sampling:
         stream=bool(body.stream),
         include_usage=bool(options.get("include_usage", False)),
         cache_salt=body.cache_salt,
+        user=_user(body),
     )
+
+
+def _user(body: _Request) -> str | None:
+    """OpenAI's `user` (an end-user id; accepted, not validated by OpenAI-compatible servers):
+    a string, or nothing."""
+    user = (body.model_extra or {}).get("user")
+    return user if isinstance(user, str) and user else None
 
 
 def _validate(model: type[BaseModel], raw: bytes):
