@@ -52,8 +52,9 @@ def test_a_conversations_next_turn_goes_where_its_prefix_is():
     state = replicas(2)
     router = CacheAwareRouter(state, capacity_blocks=[1000, 1000])
     turn1 = conversation(1, 200)
-    first = router.choose(RouteRequest(turn1))
-    router.sent(first, RouteRequest(turn1))
+    request = RouteRequest(turn1)
+    first = router.route(request)
+    router.done(request)
     router.finished(first, turn1 + [5, 6, 7], None)
     state[first].load = 3  # busier, but within the imbalance
     turn2 = turn1 + [5, 6, 7] + conversation(9, 80)
@@ -73,6 +74,31 @@ def test_new_conversations_spread_to_the_least_loaded():
     assert sorted(chosen) == [0, 1, 2]
 
 
+def test_a_shared_system_prompt_does_not_pull_every_conversation_to_one_replica():
+    state = replicas(2)
+    router = CacheAwareRouter(state, capacity_blocks=[1000, 1000])
+    system = conversation(0, 64)  # 4 blocks every conversation starts with
+    first = RouteRequest(system + conversation(1, 96))
+    router.sent(router.choose(first), first)
+    state[0].load = 1
+    second = RouteRequest(system + conversation(2, 96))  # 4 of 10 blocks cached on r0: under half
+    assert router.choose(second) == 1
+
+
+def test_work_queued_on_a_replica_counts_against_it_until_done():
+    state = replicas(2)
+    router = CacheAwareRouter(state, capacity_blocks=[1000, 1000])
+    system = conversation(0, 64)
+    heavy = RouteRequest(system + conversation(1, 400))
+    assert router.route(heavy) == 0 and router.queued == [29, 0]
+    # r0 holds the 4 system blocks, but 29 queued blocks there outweigh them
+    light = RouteRequest(system + conversation(2, 32))
+    assert router.choose(light) == 1
+    router.done(heavy)
+    state[0].load = 0
+    assert router.queued == [0, 0] and router.choose(light) == 0
+
+
 def test_a_named_conversation_stays_on_its_replica():
     state = replicas(2)
     router = CacheAwareRouter(state, capacity_blocks=[1000, 1000])
@@ -86,12 +112,12 @@ def test_a_named_conversation_stays_on_its_replica():
 def test_a_hot_replica_yields_to_the_least_loaded():
     state = replicas(2)
     router = CacheAwareRouter(state, capacity_blocks=[1000, 1000], imbalance=2)
-    prompt = conversation(1, 100)
-    router.sent(0, RouteRequest(prompt))
+    prompt = RouteRequest(conversation(1, 100), session="s")  # sticky to r0, however busy r0 is...
+    router.sent(0, prompt)
     state[0].load, state[1].load = 3, 0
-    assert router.choose(RouteRequest(prompt)) == 1
+    assert router.choose(prompt) == 1  # ...up to `imbalance` requests above the idlest
     state[0].load = 2
-    assert router.choose(RouteRequest(prompt)) == 0
+    assert router.choose(prompt) == 0
 
 
 def test_a_dead_replica_is_never_chosen_and_its_cache_is_forgotten():

@@ -271,10 +271,10 @@ class ReplicaPool:
         slot.state.load += 1
         slot.routed += 1
         self.router.sent(index, route)
-        handle.task = self._spawn(self._drive(index, slot.generation, handle, sink))
+        handle.task = self._spawn(self._drive(index, slot.generation, handle, sink, route))
         return handle
 
-    async def _drive(self, index: int, generation: int, handle: PoolHandle, sink: Sink) -> None:
+    async def _drive(self, index: int, generation: int, handle: PoolHandle, sink: Sink, route: RouteRequest) -> None:
         ray, slot = self._ray, self.slots[index]
         request = handle.request
         outputs: list[int] = []
@@ -310,6 +310,7 @@ class ReplicaPool:
             handle.finished = True
             sink(FinishEvent("error", len(request.prompt_ids), 0, len(outputs), error=_first_line(getattr(err, "cause", err))))
         finally:
+            self.router.done(route)
             if slot.generation == generation:
                 slot.state.load = max(0, slot.state.load - 1)
 

@@ -9,10 +9,15 @@ it), each replica's LRU-bounded to its KV capacity. Approximate because the repl
 its own schedule; a wrong guess costs a recomputation, never a wrong answer.
 
 Policies (one class each, chosen once when the server starts):
-- `cache-aware`: the replica whose blocks match the longest prefix of the prompt; a
-  conversation the client names (`user`, `X-Session-Id`) stays where it went first; either
-  yields to the least-loaded replica when the chosen one has more than `imbalance` requests
-  above it (SGLang's cache-aware router's escape from hot spots);
+- `cache-aware`: the replica where the request's first token comes soonest by a count of work
+  (Dynamo's KV router's cost): the prompt's blocks that replica does *not* hold, plus the
+  uncached blocks of the requests already routed there and not finished, plus one per such
+  request (its decoding). A conversation's next turn goes home, where only its new tokens are
+  computed; new conversations spread, since a shared system prompt cached on one replica
+  saves less than the queue there costs. A conversation the client names (`user`,
+  `X-Session-Id`) stays where it went first; any choice yields to the least-loaded replica
+  when the chosen one has more than `imbalance` requests above it (SGLang's escape from hot
+  spots);
 - `round-robin` and `least-load`: the baselines.
 
 Pure: no Ray, no HTTP, no model. The pool (aisql.serve.replicas) tells the router which
@@ -103,8 +108,17 @@ class Router:
     def choose(self, request: RouteRequest) -> int:
         raise NotImplementedError
 
+    def route(self, request: RouteRequest) -> int:
+        """Choose a replica and record the request as sent there."""
+        replica = self.choose(request)
+        self.sent(replica, request)
+        return replica
+
     def sent(self, replica: int, request: RouteRequest) -> None:
         """A request went to `replica` (its prompt is now being computed there)."""
+
+    def done(self, request: RouteRequest) -> None:
+        """A routed request ended, however (its queued work is no longer ahead of others)."""
 
     def finished(self, replica: int, tokens: Sequence[int], salt: str | None) -> None:
         """A request finished on `replica`: its prompt + output are in that replica's cache."""
@@ -161,6 +175,8 @@ class CacheAwareRouter(Router):
         self.block = block
         self.imbalance = imbalance
         self.indexes = [PrefixIndex(c) for c in capacity_blocks]
+        self.queued = [0] * len(self.replicas)  # uncached blocks of the requests in flight, per replica
+        self._in_flight: dict[int, tuple[int, int]] = {}  # id(request) -> (replica, its uncached blocks)
         self._sessions: OrderedDict[str, int] = OrderedDict()
         self._max_sessions = max_sessions
 
@@ -172,25 +188,41 @@ class CacheAwareRouter(Router):
             chosen = sticky
         else:
             hashes = block_hashes(request.prompt_ids, request.salt, self.block)
-            # the longest match; among equals the least loaded (a new conversation spreads out)
-            chosen = max(alive, key=lambda i: (self.indexes[i].matched(hashes), -self.replicas[i].load, -i))
+            chosen = min(alive, key=lambda i: (self._cost(i, hashes), i))
         if self.replicas[chosen].load - self.replicas[least].load > self.imbalance:
             chosen = least
         return chosen
 
+    def _cost(self, replica: int, hashes: Sequence[int]) -> int:
+        """Blocks of work before this prompt's first token on `replica`: its own uncached blocks,
+        those queued ahead of it, one per request decoding there."""
+        return len(hashes) - self.indexes[replica].matched(hashes) + self.queued[replica] + self.replicas[replica].load
+
     def sent(self, replica: int, request: RouteRequest) -> None:
-        self.indexes[replica].add(block_hashes(request.prompt_ids, request.salt, self.block))
+        hashes = block_hashes(request.prompt_ids, request.salt, self.block)
+        uncached = len(hashes) - self.indexes[replica].matched(hashes)
+        self.indexes[replica].add(hashes)
+        self.queued[replica] += uncached
+        self._in_flight[id(request)] = (replica, uncached)
         if request.session:
             self._sessions[request.session] = replica
             self._sessions.move_to_end(request.session)
             while len(self._sessions) > self._max_sessions:
                 self._sessions.popitem(last=False)
 
+    def done(self, request: RouteRequest) -> None:
+        replica, uncached = self._in_flight.pop(id(request), (None, 0))
+        if replica is not None:
+            self.queued[replica] = max(0, self.queued[replica] - uncached)
+
     def finished(self, replica: int, tokens: Sequence[int], salt: str | None) -> None:
         self.indexes[replica].add(block_hashes(tokens, salt, self.block))
 
     def forget(self, replica: int) -> None:
         self.indexes[replica].clear()
+        self.queued[replica] = 0
+        for key in [k for k, (r, _) in self._in_flight.items() if r == replica]:
+            del self._in_flight[key]
         for session in [s for s, r in self._sessions.items() if r == replica]:
             del self._sessions[session]
 
