@@ -176,3 +176,40 @@ def test_a_replica_killed_mid_stream_fails_only_its_own_requests(server):
     wait_for(lambda: health(server)["replicas"]["ready"] == 2, "the replacement ready")
     code, _ = chat(server, [{"role": "user", "content": "served again"}], session="doomed")
     assert code == 200
+
+
+def test_aisql_serve_replicas_command_starts_answers_and_stops():
+    """`aisql serve --replicas 2` as a user runs it: up, answering, two replicas ready, and on
+    SIGTERM it exits with its replicas (no Ray process left behind)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "aisql.cli", "serve", "--model", "tiny", "--port", str(port), "--replicas", "2", "--routing", "least-load"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+
+        def up() -> bool:
+            assert process.poll() is None, process.stderr.read()
+            try:
+                urllib.request.urlopen(base + "/health", timeout=5)
+                return True
+            except OSError:
+                return False
+
+        wait_for(up, "aisql serve --replicas 2 answering")
+        with urllib.request.urlopen(base + "/health", timeout=30) as response:
+            assert json.load(response)["replicas"] == {"ready": 2, "of": 2}
+        body = json.dumps({"model": "tiny", "prompt": "Hi", "max_tokens": 3, "temperature": 0}).encode()
+        request = urllib.request.Request(base + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            assert json.load(response)["usage"]["completion_tokens"] > 0
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    assert "2 replicas (least-load routing)" in stderr
+    assert process.returncode == 0, stderr

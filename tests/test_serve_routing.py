@@ -150,3 +150,18 @@ def test_round_robin_skips_dead_replicas_and_least_load_picks_the_idlest():
 def test_an_unknown_policy_is_one_clear_error():
     with pytest.raises(ValueError, match="unknown routing policy 'random'"):
         make_router("random", replicas(2), [10, 10])
+
+
+def test_more_replicas_than_cores_is_one_line_before_anything_starts():
+    pytest.importorskip("ray")
+    import os
+
+    from click.testing import CliRunner
+
+    from aisql.cli import main
+
+    too_many = 2 * (os.cpu_count() or 1) + 1
+    result = CliRunner().invoke(main, ["serve", "--model", "tiny", "--port", "0", "--replicas", str(too_many), "--threads", "2"])
+    assert result.exit_code != 0
+    assert f"{too_many} replicas x 2 threads need {2 * too_many} CPUs" in result.output
+    assert "Traceback" not in result.output

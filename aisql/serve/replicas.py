@@ -347,9 +347,15 @@ class ReplicaPool:
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
             self._died(index, generation)
             return
-        if slot.generation == generation:
-            slot.info, slot.state.alive = info, True
-            slot.watcher = self._spawn(self._watch(index, generation))
+        if slot.generation != generation:
+            return  # replaced meanwhile
+        if info.model.fingerprint != self.info.fingerprint:  # not the model the others serve: never routed to
+            with contextlib.suppress(Exception):
+                ray.kill(slot.actor)
+            self._died(index, generation)
+            return
+        slot.info, slot.state.alive = info, True
+        slot.watcher = self._spawn(self._watch(index, generation))
 
     def _restarting(self) -> int:
         return sum(1 for s in self.slots if not s.state.alive and s.actor is not None)
