@@ -231,11 +231,13 @@ def main() -> None:
         try:
             with server(command, port, f"agent_servers_{kind}", env) as base:
                 run(base, 1, argparse.Namespace(**{**vars(args), "turns": 2}))  # warm-up: one short session
-                record["servers"][kind] = {str(n): run(base, n, args) for n in map(int, args.sessions.split(","))}
+                entry = record["servers"].get(kind) if isinstance(record["servers"].get(kind), dict) else {}
+                entry = {k: v for k, v in entry.items() if k not in ("failed", "skipped")}
+                record["servers"][kind] = entry | {str(n): run(base, n, args) for n in map(int, args.sessions.split(","))}
         except RuntimeError as err:
             record["servers"][kind] = {"failed": str(err)}
         print(kind, {n: {k: v for k, v in r.items() if k != "per_turn"} for n, r in record["servers"][kind].items() if isinstance(r, dict)}, flush=True)
-    write(f"agent_servers_{args.model}", record)
+        write(f"agent_servers_{args.model}", record)  # after each server: a stopped run keeps what it measured
 
 
 if __name__ == "__main__":
