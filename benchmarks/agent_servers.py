@@ -30,12 +30,9 @@ import json
 import os
 import random
 import socket
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
 import openai
@@ -44,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from agent_trace import tool_output  # noqa: E402
-from common import RESULTS, machine, model_argument, write  # noqa: E402
+from common import RESULTS, machine, model_argument, run_together, server_process, write  # noqa: E402
 from load_test import percentile  # noqa: E402
 
 from aisql.engine.model.loader import resolve_model  # noqa: E402
@@ -64,32 +61,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@contextmanager
-def server(command: list[str], port: int, log_name: str, env: dict | None = None):
-    """A server subprocess, up once /v1/models answers; stopped on exit."""
-    log = open(HERE / "results" / f"{log_name}.log", "w")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
-    started = time.perf_counter()
-    try:
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{command[0]} exited ({process.returncode}); see results/{log_name}.log")
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2)
-                break
-            except OSError:
-                time.sleep(1)
-        print(f"{log_name} up in {time.perf_counter() - started:.0f} s", flush=True)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
 
 
 def commands(kind: str, spec: str, directory: str, gguf: str | None, threads: int, args) -> tuple[list[str], int, dict]:
@@ -161,12 +132,7 @@ def session(base_url: str, index: int, turns: int, lines: int, max_tokens: int, 
 def run(base_url: str, sessions: int, args) -> dict:
     out, errors = [], []
     threads = [threading.Thread(target=session, args=(base_url, i, args.turns, args.tool_lines, args.max_tokens, out, errors)) for i in range(sessions)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - started
+    wall = run_together(threads)
     gaps = [g for r in out for g in r["gaps_s"]]
     tpots = [r["tpot_s"] for r in out if r["tpot_s"] is not None]
     per_turn = []
@@ -229,7 +195,7 @@ def main() -> None:
             continue
         command, port, env = commands(kind, spec, directory, gguf, args.threads, args)
         try:
-            with server(command, port, f"agent_servers_{kind}", env) as base:
+            with server_process(command, port, f"agent_servers_{kind}", env) as base:
                 run(base, 1, argparse.Namespace(**{**vars(args), "turns": 2}))  # warm-up: one short session
                 entry = record["servers"].get(kind) if isinstance(record["servers"].get(kind), dict) else {}
                 entry = {k: v for k, v in entry.items() if k not in ("failed", "skipped")}

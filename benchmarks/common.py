@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -90,3 +91,46 @@ def model_argument(name: str) -> str:
     if name in REFERENCE_MODELS:
         return str(fetch(name))
     return name
+
+
+@contextmanager
+def server_process(command: list[str], port: int, log_name: str, env: dict | None = None, ready_path: str = "/v1/models"):
+    """A server subprocess (its output in results/<log_name>.log), yielded once GET `ready_path`
+    answers; stopped on exit."""
+    import subprocess
+    import time
+    import urllib.request
+
+    log = open(RESULTS / f"{log_name}.log", "w")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+    started = time.perf_counter()
+    try:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{command[0]} exited ({process.returncode}); see results/{log_name}.log")
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{ready_path}", timeout=2)
+                break
+            except OSError:
+                time.sleep(1)
+        print(f"{log_name} up in {time.perf_counter() - started:.0f} s", flush=True)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def run_together(threads: list) -> float:
+    """Start every thread, wait for all: the wall seconds they took together."""
+    import time
+
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started

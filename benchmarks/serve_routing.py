@@ -34,7 +34,7 @@ from pathlib import Path
 
 import openai
 from agent_trace import AGENT_TINY, SYSTEM, stream_once, tool_output
-from common import machine, write
+from common import machine, run_together, write
 from load_test import percentile
 
 from aisql.engine import EngineOptions
@@ -85,12 +85,7 @@ def run_sessions(base_url: str, sessions: int, turns: int, lines: int, think_s: 
     out: list[dict] = []
     errors: list[str] = []
     threads = [threading.Thread(target=session, args=(base_url, i, turns, lines, think_s, out, errors)) for i in range(sessions)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - started
+    wall = run_together(threads)
     ttfts = [r["ttft_s"] for r in out]
     prompt = sum(r["prompt_tokens"] for r in out)
     cached = sum(r["cached_tokens"] for r in out)

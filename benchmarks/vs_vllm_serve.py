@@ -14,11 +14,8 @@ agent_trace.py's and load_test.py's, unchanged. Written to results/vs_vllm_serve
 from __future__ import annotations
 
 import argparse
-import os
 import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from agent_trace import AGENT_TINY, agent_session  # noqa: E402
-from common import machine, write  # noqa: E402
+from common import machine, server_process, write  # noqa: E402
 from load_test import load  # noqa: E402
 
 from aisql.engine import EngineOptions  # noqa: E402
@@ -52,29 +49,9 @@ def vllm_server(python: str, model_dir: Path, max_model_len: int):
         "--dtype", "float32", "--max-model-len", str(max_model_len), "--block-size", "32",
         "--enable-prefix-caching", "--enable-prompt-tokens-details", "--gpu-memory-utilization", "0.3", "--seed", "0",
     ]
-    log = open(HERE / "results" / "vllm_serve.log", "w")
     # Dev mode exposes POST /reset_prefix_cache, so each agent session starts cold.
-    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    started = time.perf_counter()
-    try:
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"vllm serve exited ({process.returncode}); see results/vllm_serve.log")
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(2)
-        print(f"vllm serve up in {time.perf_counter() - started:.0f} s", flush=True)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+    with server_process(command, port, "vllm_serve", {"VLLM_SERVER_DEV_MODE": "1"}, ready_path="/health") as base:
+        yield base
 
 
 def measure_agent(base_url: str, args, reset) -> list[dict]:
