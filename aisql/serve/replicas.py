@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -36,7 +37,7 @@ from aisql.engine.continuous.request import RequestTimes, Sink
 from aisql.engine.model.loader import EngineOptions
 from aisql.errors import AisqlError, ModelError
 from aisql.extras import install_hint
-from aisql.serve.routing import DEFAULT_IMBALANCE, NoReplica, ReplicaState, RouteRequest, make_router
+from aisql.serve.routing import BLOCK_TOKENS, DEFAULT_IMBALANCE, NoReplica, ReplicaState, RouteRequest, make_router
 
 OBJECT_STORE_BYTES = 128 << 20  # events are small; the store's floor is ~75 MB
 
@@ -219,7 +220,7 @@ class ReplicaPool:
         for slot, info in zip(self.slots, infos):
             slot.info, slot.state.alive = info, True
         self.info = infos[0].model
-        block_capacity = [max(1, info.kv_tokens // 16) for info in infos]
+        block_capacity = [max(1, info.kv_tokens // BLOCK_TOKENS) for info in infos]
         self.router = make_router(self.policy, [s.state for s in self.slots], block_capacity, self.imbalance)
         return self.info
 
@@ -421,6 +422,10 @@ def start_pool(resolved, spec: str, options: EngineOptions, **pool_options) -> t
         directory = str(convert(Path(resolved.location)))
     if pool_options.get("threads") is None and options.device in ("auto", "cpu"):
         pool_options["threads"] = max(1, (os.cpu_count() or 1) // pool_options["replicas"])
+    if pool_options.get("threads") and options.threads is None:
+        # fixed per replica: each engine's thread governor would otherwise see the machine's idle
+        # cores as its own, and N replicas would oversubscribe them
+        options = dataclasses.replace(options, threads=pool_options["threads"])
     pool = ReplicaPool(spec, options, **pool_options)
     info = pool.start()
     try:
