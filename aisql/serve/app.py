@@ -169,7 +169,7 @@ class OpenAIServer:
         prompts = [self._encode_text(p) if isinstance(p, str) else self._check_ids(p) for p in parsed.prompts]
         if parsed.sampling.allowed_token_ids is not None:
             self._check_ids(parsed.sampling.allowed_token_ids, "allowed_token_ids")
-        choices = self._choices(prompts, parsed.sampling, self._salt(request, parsed.sampling), self._session(request, parsed.sampling))
+        choices = self._choices(prompts, parsed.sampling, salt := self._salt(request, parsed.sampling), self._session(request, parsed.sampling, salt))
         kind = "text_completion"
         response_id = f"cmpl-{uuid.uuid4().hex}"
 
@@ -211,7 +211,7 @@ class OpenAIServer:
         self._check_model(parsed.model)
         self._check_counts(1, parsed.sampling.n)
         prompt = self._encode_chat(parsed.messages)
-        choices = self._choices([prompt], parsed.sampling, self._salt(request, parsed.sampling), self._session(request, parsed.sampling))
+        choices = self._choices([prompt], parsed.sampling, salt := self._salt(request, parsed.sampling), self._session(request, parsed.sampling, salt))
         kind = "chat.completion.chunk"
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
 
@@ -458,7 +458,7 @@ class OpenAIServer:
             parts.append(hashlib.sha256(sampling.cache_salt.encode()).hexdigest()[:16])
         return ":".join(parts) or None
 
-    def _session(self, request: Request, sampling: Sampling) -> str | None:
+    def _session(self, request: Request, sampling: Sampling, salt: str | None) -> str | None:
         """The conversation a request belongs to, where the client names one (the X-Session-Id
         header, else OpenAI's `user`), within the request's cache partition."""
         if self.replicas is None:
@@ -466,7 +466,7 @@ class OpenAIServer:
         named = request.headers.get("x-session-id") or sampling.user
         if not named:
             return None
-        return f"{self._salt(request, sampling) or ''}|{named[:256]}"
+        return f"{salt or ''}|{named[:256]}"
 
     # ---- encoding and logprobs -------------------------------------------------------------
     def _encode_text(self, text: str) -> list[int]:

@@ -177,6 +177,7 @@ class CacheAwareRouter(Router):
         self.indexes = [PrefixIndex(c) for c in capacity_blocks]
         self.queued = [0] * len(self.replicas)  # uncached blocks of the requests in flight, per replica
         self._in_flight: dict[int, tuple[int, int]] = {}  # id(request) -> (replica, its uncached blocks)
+        self._last: tuple[RouteRequest, list[int]] | None = None  # choose() then sent() hash a prompt once
         self._sessions: OrderedDict[str, int] = OrderedDict()
         self._max_sessions = max_sessions
 
@@ -187,7 +188,7 @@ class CacheAwareRouter(Router):
         if sticky is not None and sticky in alive:
             chosen = sticky
         else:
-            hashes = block_hashes(request.prompt_ids, request.salt, self.block)
+            hashes = self._hashes(request)
             chosen = min(alive, key=lambda i: (self._cost(i, hashes), i))
         if self.replicas[chosen].load - self.replicas[least].load > self.imbalance:
             chosen = least
@@ -198,8 +199,13 @@ class CacheAwareRouter(Router):
         those queued ahead of it, one per request decoding there."""
         return len(hashes) - self.indexes[replica].matched(hashes) + self.queued[replica] + self.replicas[replica].load
 
+    def _hashes(self, request: RouteRequest) -> list[int]:
+        if self._last is None or self._last[0] is not request:
+            self._last = (request, block_hashes(request.prompt_ids, request.salt, self.block))
+        return self._last[1]
+
     def sent(self, replica: int, request: RouteRequest) -> None:
-        hashes = block_hashes(request.prompt_ids, request.salt, self.block)
+        hashes = self._hashes(request)
         uncached = len(hashes) - self.indexes[replica].matched(hashes)
         self.indexes[replica].add(hashes)
         self.queued[replica] += uncached
