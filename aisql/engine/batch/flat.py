@@ -20,8 +20,9 @@ join-shaped groups. Padded positions only ever attend (their rows are dropped), 
 causality alone keeps a real token from seeing them.
 
 The model is transformers' own: this module registers an attention function ("aisql") that does
-the above while a flat pass is running and is plain SDPA otherwise, so every other path (batched
-generation, serving) runs unchanged.
+the above while a flat pass is running and is SDPA otherwise (grouped heads read without repeating
+the KV: aisql.engine.batch.grouped_attention), so every other path (batched generation, serving)
+computes what transformers' SDPA computes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from aisql.engine.batch.grouped_attention import grouped_sdpa
 from aisql.engine.kv.radix import LayerKV, RadixCache, RadixNode
 
 ATTENTION = "aisql"
@@ -109,7 +111,8 @@ def register() -> None:
     def attention(module, query, key, value, attention_mask, **kwargs):
         flat = getattr(_active, "flat", None)
         if flat is None:
-            return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+            grouped = grouped_sdpa(module, query, key, value, attention_mask, **kwargs)
+            return grouped if grouped is not None else sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
         return _flat_attention(flat, module, query, key, value, kwargs.get("scaling"))
 
     def mask(*args, **kwargs):
