@@ -289,10 +289,7 @@ class OpenAIServer:
         queue: asyncio.Queue = asyncio.Queue()
         for choice in choices:
             sink = _sink(loop, queue, choice.index)
-            if self.replicas is not None:
-                choice.handle = self.replicas.submit(choice.request, sink, session=choice.session)
-            else:
-                choice.handle = self.serving.submit(choice.request, sink)
+            choice.handle = self.serving.submit(choice.request, sink, session=choice.session)
         pending = len(choices)
         try:
             while pending:

@@ -89,7 +89,11 @@ class ServingEngine:
         self._thread.start()
 
     # ---- other threads ---------------------------------------------------------------------
-    def submit(self, request: ServeRequest, sink: Sink) -> RequestHandle:
+    def submit(self, request: ServeRequest, sink: Sink, session: str | None = None) -> RequestHandle:
+        """Queue a request; its tokens go to `sink`. `session` (the conversation the client named)
+        matters only to a router in front of several engines: one engine's prefix cache finds a
+        conversation's turns by their tokens, so it is accepted and not used here."""
+        del session
         if not request.prompt_ids:
             raise ValueError("the prompt is empty")
         if len(request.prompt_ids) + request.max_tokens > self.engine.info.max_context:
