@@ -417,3 +417,34 @@ def test_independent_suffixes_batched_per_segment_score_as_under_the_block_mask(
         assert any(b is not None for b in batched) == (threshold > 0)
     assert max_diff(results[float("inf")], results[0.0]) < 1e-5
     assert max_diff(results[float("inf")], expected) < 1e-4
+
+
+@pytest.mark.parametrize("suffix_lengths", [[3] * 8, [1, 5, 2, 9, 4, 4, 7, 3, 2, 6]])
+def test_a_long_cached_prefix_is_read_in_place_and_scores_as_the_concatenation(reference, monkeypatch, suffix_lengths):
+    """Short suffixes after a long cached prefix attend to it in place (cascade: the prefix part and
+    each segment's own part merged by their log-sum-exps, aisql.engine.batch.flat): same scores as
+    the concatenated prefix and as no reuse; the cascade really ran."""
+    from aisql.engine.batch import flat
+
+    if flat._flash_with_lse is None:
+        pytest.skip("this torch build has no CPU flash attention returning its log-sum-exp")
+    anchor = list(range(100, 180))
+    prompts = [tuple(anchor + list(range(300 + 10 * i, 300 + 10 * i + n))) for i, n in enumerate(suffix_lengths)]
+    labels = (reference.encode_label("TRUE"), reference.encode_label("FALSE"))
+    requests = [ScoreRequest(p, labels) for p in prompts]
+    expected = reference.score(requests, reuse=False)
+    cascaded = []
+    original = flat._cascade_attention
+    monkeypatch.setattr(flat, "_cascade_attention", lambda *a: cascaded.append(1) or original(*a))
+    monkeypatch.setattr(flat, "BATCH_WHEN_BELOW", float("inf"))
+    monkeypatch.setattr(flat, "CASCADE_MIN_PREFIX", 0)
+    results = {}
+    for ratio in (float("inf"), 6):  # never, and where the prefix is 6x a segment's length
+        monkeypatch.setattr(flat, "CASCADE_PREFIX_OVER_SEGMENT", ratio)
+        engine = fresh()
+        engine.score([ScoreRequest(tuple(anchor), labels)])
+        cascaded.clear()
+        results[ratio] = engine.score(requests)
+        assert bool(cascaded) == (ratio == 6)
+    assert max_diff(results[6], results[float("inf")]) < 1e-5
+    assert max_diff(results[6], expected) < 1e-4

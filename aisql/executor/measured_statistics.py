@@ -259,13 +259,21 @@ class MeasuredStatistics:
         arity = node.call.arity
         segments = [0.0] * arity
         tails = []
+        texts_per_row = []
         for values, _ in sample or []:
             prefixes = []
             text = template.parts[0]
             for slot, part in zip(template.slots, template.parts[1:]):
                 text += values[slot] + part
                 prefixes.append(text)
-            counts = fmt.count_tokens([before + p for p in prefixes] + [before + text + after])
+            texts_per_row.append([before + p for p in prefixes] + [before + text + after])
+        # one tokenizer call for the whole sample (a call per row cost ~10% of a small query's time)
+        every = fmt.count_tokens([text for texts in texts_per_row for text in texts])
+        starts = [0]
+        for texts in texts_per_row:
+            starts.append(starts[-1] + len(texts))
+        for row in range(len(texts_per_row)):
+            counts = every[starts[row] : starts[row + 1]]
             previous, deepest = shared, -1
             # Arguments are numbered in order of first appearance: a gap belongs to the segment of
             # the deepest argument seen so far (a value used again adds to that segment).

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 KERNELS = ("default", "onednn")
-DECISION_VERSION = 1
+DECISION_VERSION = 2  # 2: measured at few and many rows, one and all threads (1: one thread, 256 rows)
 MIN_SPEEDUP = 1.1  # below this the measurement is noise on a shared machine: keep PyTorch's default
 _OVERRIDE = "AISQL_LINEAR_KERNEL"
 
@@ -98,27 +98,56 @@ def _layer_shapes(model) -> list[tuple[int, int]]:
     return sorted(shapes, key=lambda s: -s[0] * s[1])[:3]
 
 
-def measure_speedup(shapes: list[tuple[int, int]], dtype, rows: int = 256, repeats: int = 5) -> float:
-    """CPU seconds of `F.linear` over the packed op's, on these shapes (best of `repeats` each)."""
+MEASURED_ROWS = (16, 256)  # a decode step's or a short pass's rows, and a prompt batch's
+
+
+def measure_speedup(shapes: list[tuple[int, int]], dtype, repeats: int = 5) -> float:
+    """How much faster the packed op is than `F.linear` on these shapes: the geometric mean over
+    few and many rows (MEASURED_ROWS) at one thread (CPU seconds: a core's speed) and at the threads
+    the engine has (wall seconds: how the kernel's work divides between them). Both matter: on an
+    AMD EPYC here the packed op measured 1.07x at one thread and 256 rows, but 1.17x at two threads
+    and 2.3x at two threads and 16 rows, where MKL's small-matrix path does not split the work."""
+    import math
+
     import torch
 
-    def best(call, x) -> float:
+    threads = torch.get_num_threads()
+    settings = [(1, rows) for rows in MEASURED_ROWS] + ([(threads, rows) for rows in MEASURED_ROWS] if threads > 1 else [])
+    ratios = []
+    try:
+        for setting_threads, rows in settings:
+            torch.set_num_threads(setting_threads)
+            clock = time.process_time if setting_threads == 1 else time.perf_counter
+            ratios.append(_ratio(shapes, dtype, rows, repeats, clock))
+    finally:
+        torch.set_num_threads(threads)
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else 1.0
+
+
+def _ratio(shapes: list[tuple[int, int]], dtype, rows: int, repeats: int, clock) -> float:
+    """Seconds of `F.linear` over the packed op's at this many rows (best of `repeats`, each
+    timing enough calls to be measurable)."""
+    import torch
+
+    def best(call, x, calls: int) -> float:
         call(x)
         times = []
         for _ in range(repeats):
-            started = time.process_time()
-            call(x)
-            times.append(time.process_time() - started)
+            started = clock()
+            for _ in range(calls):
+                call(x)
+            times.append(clock() - started)
         return min(times)
 
     default = packed = 0.0
     with torch.inference_mode():
         for in_features, out_features in shapes:
+            calls = max(1, (1 << 27) // (rows * in_features * out_features))  # ~0.1 GFLOP per timing
             x = torch.randn(rows, in_features).to(dtype)
             weight = (torch.randn(out_features, in_features) * 0.02).to(dtype)
             reordered = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
-            default += best(lambda v: torch.nn.functional.linear(v, weight), x)
-            packed += best(lambda v: torch.ops.mkldnn._linear_pointwise(v, reordered, None, "none", [], ""), x)
+            default += best(lambda v: torch.nn.functional.linear(v, weight), x, calls)
+            packed += best(lambda v: torch.ops.mkldnn._linear_pointwise(v, reordered, None, "none", [], ""), x, calls)
     return default / packed if packed > 0 else 1.0
 
 
@@ -146,17 +175,13 @@ def choose(model, dtype_name: str) -> KernelChoice:
         return KernelChoice(remembered["kernel"], remembered["speedup"], remembered["reason"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # per-core speed: what the thread policy multiplies
     try:
         speedup = round(measure_speedup(shapes, getattr(torch, dtype_name)), 2)
     except RuntimeError as err:  # oneDNN has no packed kernel for this dtype on this CPU (bf16 without AVX-512)
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         return KernelChoice("default", None, f"no packed oneDNN linear for {dtype_name} on this CPU ({first})")
-    finally:
-        torch.set_num_threads(threads)
     kernel = "onednn" if speedup >= MIN_SPEEDUP else "default"
-    choice = KernelChoice(kernel, speedup, f"packed oneDNN {speedup}x the CPU time of F.linear on shapes {shapes}")
+    choice = KernelChoice(kernel, speedup, f"packed oneDNN {speedup}x as fast as F.linear on shapes {shapes} (rows {MEASURED_ROWS}, 1 and {torch.get_num_threads()} threads)")
     _remember(path, choice)
     return choice
 
