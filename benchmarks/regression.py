@@ -37,6 +37,17 @@ QUERY_NAMES = ("Q1", "Q2", "Q3", "Q4")
 FILTER_REVIEWS = 300
 
 
+def positive_rounds(text: str) -> int:
+    """argparse type: a whole number of rounds, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: at least 1 round")
+    return value
+
+
 def child(workload: str) -> dict:
     """One measurement, in this interpreter (whose `aisql` is the tree under test)."""
     import aisql
@@ -93,7 +104,7 @@ def measure(tree: Path, workload: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", help="the other source tree (a git worktree of the commit to compare with)")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=positive_rounds, default=3)
     parser.add_argument("--only", help="comma-separated workloads: Q1,Q2,Q3,Q4,filter (default: all)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -102,8 +113,14 @@ def main() -> None:
         return
     if not args.baseline:
         parser.error("--baseline is required")
-    trees = {"baseline": Path(args.baseline).resolve(), "this tree": ROOT}
+    baseline = Path(args.baseline).resolve()
+    if not (baseline / "aisql" / "__init__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: not a source tree of aisql (no aisql/__init__.py there)")
+    trees = {"baseline": baseline, "this tree": ROOT}
     workloads = args.only.split(",") if args.only else [*QUERY_NAMES, "filter"]
+    unknown = [w for w in workloads if w not in (*QUERY_NAMES, "filter")]
+    if unknown:
+        parser.error(f"--only: unknown workload {unknown[0]!r} (expected some of {', '.join((*QUERY_NAMES, 'filter'))})")
     record = {"machine": machine(), "trees": {k: str(v) for k, v in trees.items()}, "rounds": args.rounds, "workloads": {}}
     for workload in workloads:
         runs: dict[str, list[dict]] = {name: [] for name in trees}
