@@ -268,7 +268,7 @@ class MeasuredStatistics:
                 prefixes.append(text)
             texts_per_row.append([before + p for p in prefixes] + [before + text + after])
         # one tokenizer call for the whole sample (a call per row cost ~10% of a small query's time)
-        every = fmt.count_tokens([text for texts in texts_per_row for text in texts])
+        every = fmt.count_tokens([text for texts in texts_per_row for text in texts]) if texts_per_row else []
         starts = [0]
         for texts in texts_per_row:
             starts.append(starts[-1] + len(texts))

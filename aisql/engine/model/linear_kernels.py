@@ -105,8 +105,9 @@ def measure_speedup(shapes: list[tuple[int, int]], dtype, repeats: int = 5) -> f
     """How much faster the packed op is than `F.linear` on these shapes: the geometric mean over
     few and many rows (MEASURED_ROWS) at one thread (CPU seconds: a core's speed) and at the threads
     the engine has (wall seconds: how the kernel's work divides between them). Both matter: on an
-    AMD EPYC here the packed op measured 1.07x at one thread and 256 rows, but 1.17x at two threads
-    and 2.3x at two threads and 16 rows, where MKL's small-matrix path does not split the work."""
+    AMD EPYC here (tiny-32k's shapes) the packed op measured 1.04-1.09x at one thread, but
+    1.17-1.19x at two threads and 256 rows and 1.34-1.53x at two threads and 16 rows, where MKL's
+    small-matrix path does not split the work (benchmarks/RESULTS.md §33)."""
     import math
 
     import torch
