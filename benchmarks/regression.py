@@ -54,13 +54,12 @@ def child(workload: str) -> dict:
 
     if workload == "filter":
         import pyarrow as pa
-
         from vs_llamacpp import POSITIVE, WORKLOADS, gguf_of, reviews
 
         texts = reviews(FILTER_REVIEWS)
         con = aisql.connect(model=str(gguf_of("smollm2")), cache=False)
         con.register("reviews", pa.table({"id": list(range(len(texts))), "t": texts}))
-        con.run("SELECT AI.IF(PROMPT('%s', 'warm up')) AS x" % POSITIVE)
+        con.run(f"SELECT AI.IF(PROMPT('{POSITIVE}', 'warm up')) AS x")
         sql = WORKLOADS["filter"][1]
     else:
         from common import bench_engine
@@ -90,7 +89,7 @@ def child(workload: str) -> dict:
 def measure(tree: Path, workload: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree))
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", workload], capture_output=True, text=True, env=env, cwd=str(tree)
+        [sys.executable, str(Path(__file__).resolve()), "--child", workload], capture_output=True, text=True, env=env, cwd=str(tree), check=False
     )
     line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
