@@ -52,24 +52,23 @@ def child(workload: str) -> dict:
     """One measurement, in this interpreter (whose `aisql` is the tree under test)."""
     import aisql
 
-    if workload == "filter":
-        import pyarrow as pa
-        from vs_llamacpp import POSITIVE, WORKLOADS, gguf_of, reviews
+    if workload == "filter":  # vs_llamacpp.py's own aisql measurement, at default numerics and threads
+        from vs_llamacpp import aisql_child, gguf_of
 
-        texts = reviews(FILTER_REVIEWS)
-        con = aisql.connect(model=str(gguf_of("smollm2")), cache=False)
-        con.register("reviews", pa.table({"id": list(range(len(texts))), "t": texts}))
-        con.run(f"SELECT AI.IF(PROMPT('{POSITIVE}', 'warm up')) AS x")
-        sql = WORKLOADS["filter"][1]
-    else:
-        from common import bench_engine
-        from datagen import tables
-        from run import QUERIES, connection
+        measured = aisql_child(str(gguf_of("smollm2")), FILTER_REVIEWS, "auto", None)
+        return {
+            "aisql": str(Path(aisql.__file__).resolve().parent.parent),
+            **{key: measured[key] for key in ("wall_s", "cpu_s", "computed_tokens", "numerics", "threads")},
+            "rows": sum(measured["answers"]),
+            "rows_digest": hashlib.sha256(repr(measured["answers"]).encode()).hexdigest()[:16],
+        }
+    from common import bench_engine
+    from datagen import tables
+    from run import QUERIES, connection
 
-        (name,) = [q for q in QUERIES if q.startswith(workload + "_")]
-        engine = bench_engine()
-        con = connection(engine, tables(1))
-        sql = QUERIES[name]
+    (name,) = [q for q in QUERIES if q.startswith(workload + "_")]
+    con = connection(bench_engine(), tables(1))
+    sql = QUERIES[name]
     cpu, wall = time.process_time(), time.perf_counter()
     result = con.run(sql)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall

@@ -279,8 +279,8 @@ def _cascades(group: _Group) -> bool:
 def _cascade_attention(group: _Group, layer: int, q, qs, ks, vs, scaling) -> torch.Tensor:
     """A batched group's attention in two parts merged by their log-sum-exps (as FlashInfer's and
     vLLM's cascade attention do): every query of the group against the cached prefix in one
-    unmasked call that reads the prefix's KV where it lies (the query heads sharing a KV head
-    stacked along the query axis), and each segment causally against its own keys; then
+    unmasked call over the group's prefix KV as gathered for the pass (one copy per pass, none per
+    segment and layer; the query heads sharing a KV head stacked along the query axis), and each segment causally against its own keys; then
     out = (a * e^la + b * e^lb) / (e^la + e^lb). Equal to attending over the concatenation, to
     float rounding. q [H, T_g, D]; qs [S, H, L, D], ks/vs [S, Hkv, L, D] -> [H, T_g, D]."""
     batch = group.batched
