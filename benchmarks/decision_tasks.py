@@ -115,10 +115,73 @@ def sembench_score() -> LabelledTask:
     return LabelledTask("sembench_score", "SCORE", SEMBENCH_RUBRIC, table, labels)
 
 
+MOVIE_GENRES = ["Drama", "Comedy", "Action & Adventure"]  # the genres of >= 10 of its 54 distinct films
+
+
+def movies_genre() -> LabelledTask:
+    """AI.CLASSIFY over GGR's movies: the film's genre from its title and synopsis; the label is
+    the first genre its Rotten Tomatoes entry lists (the rows whose first genre is one of three:
+    46 distinct films)."""
+    table, _ = ggr_table("movies")
+    table = table.rename_columns(["id" if c == "row" else c for c in table.column_names])
+    first = [g.split(",")[0].strip() for g in table.column("genres").to_pylist()]
+    keep = [i for i, g in enumerate(first) if g in MOVIE_GENRES]
+    template = "What is the genre of this movie? Title: {movietitle}. Synopsis: {movieinfo}"
+    return LabelledTask("movies_genre", "CLASSIFY", template, table.take(keep), [first[i] for i in keep], list(MOVIE_GENRES))
+
+
+RATING_CLASSES = ["negative", "mixed", "positive"]
+
+
+def rating_class(fraction: float) -> str:
+    """A critic's own score as a class: below half of the scale negative, from 80% positive."""
+    return "negative" if fraction < 0.5 else ("positive" if fraction >= 0.8 else "mixed")
+
+
+def sembench_rating(rows: int | None) -> LabelledTask:
+    """AI.CLASSIFY over SemBench reviews whose critic gave a readable score: negative / mixed /
+    positive from the text, the label from the critic's own score (a seeded sample)."""
+    scored = [r for r in sembench_reviews() if critic_score(r["originalScore"]) is not None and r["reviewText"]]
+    reviews = seeded_rows(scored, rows)
+    table = pa.table({"id": [r["reviewId"] for r in reviews], "reviewText": [r["reviewText"] for r in reviews]})
+    labels = [rating_class(critic_score(r["originalScore"])) for r in reviews]
+    template = "Is this critic's verdict on the movie negative, mixed or positive? Review: {reviewText}"
+    return LabelledTask("sembench_rating", "CLASSIFY", template, table, labels, list(RATING_CLASSES))
+
+
+REVIEW_GENRES = ["Action", "Sci-fi", "Comedy", "Crime", "Horror"]  # the first genres of >= 53 reviews each
+
+
+def sembench_genre(per_genre: int = 60, seed: int = 0) -> LabelledTask:
+    """AI.CLASSIFY over SemBench reviews: the genre of the film a review is about, from the review
+    alone; the label is the film's first genre in Movies.csv (a seeded, balanced sample)."""
+    with open(DATA / "sembench_movie" / "Movies.csv", newline="", encoding="utf-8") as f:
+        genre_of = {m["id"]: m["genre"].split(",")[0].strip() for m in csv.DictReader(f)}
+    reviews = [r for r in sembench_reviews() if r["reviewText"] and genre_of.get(r["id"]) in REVIEW_GENRES]
+    chosen = []
+    for genre in REVIEW_GENRES:
+        chosen += seeded_rows([r for r in reviews if genre_of[r["id"]] == genre], per_genre, seed)
+    table = pa.table({"id": [r["reviewId"] for r in chosen], "reviewText": [r["reviewText"] for r in chosen]})
+    template = "Which genre is the movie this review is about? Review: {reviewText}"
+    return LabelledTask("sembench_genre", "CLASSIFY", template, table, [genre_of[r["id"]] for r in chosen], list(REVIEW_GENRES))
+
+
+def products_rating() -> LabelledTask:
+    """AI.SCORE over GGR's products: the stars (1-5) a reviewer gave, from the review's title and
+    text (the rating itself left out of the prompt); the label is the rating."""
+    table, _ = ggr_table("products")
+    table = table.rename_columns(["id" if c == "row" else c for c in table.column_names])
+    labels = [float(r) for r in table.column("rating").to_pylist()]
+    template = "Rate from 1 to 5 how satisfied this reviewer is with the product. Review title: {review_title}. Review: {text}"
+    return LabelledTask("products_rating", "SCORE", template, table, labels)
+
+
 def tasks(rows: int | None) -> dict[str, callable]:
     """Task builders by name; `rows` cuts SemBench's 2,000 reviews to a seeded sample."""
     out = {"sembench": lambda: sembench_sentiment(rows), "sembench_score": sembench_score}
     out.update({name: (lambda name=name: ggr_task(name)) for name in GGR})
+    out.update({"movies_genre": movies_genre, "sembench_rating": lambda: sembench_rating(rows), "products_rating": products_rating})
+    out["sembench_genre"] = sembench_genre
     return out
 
 
@@ -141,25 +204,57 @@ def function_task(task: LabelledTask):
 
 def read_logprobs(con: aisql.Connection, task: LabelledTask, texts: list[str]) -> dict[str, list[float]]:
     """The cached raw label log-probabilities of `texts` under the task's call (nothing asked)."""
-    key = function_task(task).store_key(con.fingerprint())
-    found = con.store.get_many(key, texts)
-    return {text: list(answer.logprobs) for text, answer in found.items() if answer.logprobs is not None}
+    return {text: list(answer.logprobs) for text, answer in read_answers(con, task, texts).items() if answer.logprobs is not None}
+
+
+def read_answers(con: aisql.Connection, task: LabelledTask, texts: list[str]) -> dict:
+    """The cached raw answers of `texts` under the task's call: label log-probabilities and, where
+    kept, the hidden state (nothing asked)."""
+    return con.store.get_many(function_task(task).store_key(con.fingerprint()), texts)
+
+
+def seed_examples(task: LabelledTask, per_class: int = 2, seed: int = 12345) -> pa.Table:
+    """A few labelled rows, so the run keeps every prompt's hidden state as a user's run with
+    examples does (the figures draw their own examples from the collected rows)."""
+    rng = random.Random(seed)
+    chosen = []
+    for value in sorted({str(v) for v in task.labels if v is not None}):
+        rows = [i for i, v in enumerate(task.labels) if str(v) == value]
+        chosen += rng.sample(rows, min(per_class, len(rows)))
+    chosen.sort()
+    return task.table.take(chosen).append_column("label", pa.array([task.labels[i] for i in chosen]))
+
+
+def states_file(model_name: str, task_name: str) -> Path:
+    """Where a task's hidden states are kept (float16, a row per task row; not committed)."""
+    return RESULTS / ".states" / model_name / f"{task_name}.npy"
 
 
 def collect(model_name: str, model: str, task: LabelledTask, cache: Path) -> dict:
+    import numpy as np
+
+    from aisql.functions.hidden_states import unpack_states
     from aisql.sql.template import parse_template
 
     con = aisql.connect(model=model, cache=str(cache))
     con.register("data", task.table)
+    con.register("seed_examples", seed_examples(task))
+    columns = ", ".join(f'"{c}"' for c in placeholder_columns(task.template))
     started = time.perf_counter()
-    result = con.run(task.sql())
+    result = con.run(task.sql(options=f", examples => (SELECT {columns}, label FROM seed_examples)"))
     wall = time.perf_counter() - started
     totals = result.stats.totals()
     template = parse_template(task.template)
     columns = placeholder_columns(task.template)
     rows = task.table.to_pylist()
     texts = [template.render([str(row[c]) for c in columns]) for row in rows]
-    found = read_logprobs(con, task, texts)
+    answers = read_answers(con, task, texts)
+    found = {t: list(a.logprobs) for t, a in answers.items() if a.logprobs is not None}
+    with_state = [answers[t].state for t in texts if t in answers and answers[t].state is not None]
+    if len(with_state) == len(texts):
+        path = states_file(model_name, task.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, unpack_states(with_state).astype(np.float16))
     content_free_texts = [template.render([cf] * len(columns)) for cf in CONTENT_FREE]
     cf_table = pa.table({"id": list(range(len(CONTENT_FREE))), **{c: list(CONTENT_FREE) for c in columns}})
     con.register("content_free", cf_table)
@@ -178,6 +273,8 @@ def collect(model_name: str, model: str, task: LabelledTask, cache: Path) -> dic
         "missing": missing,
         "work": {k: totals[k] for k in ("prompts_total", "prompts_unique", "prompts_evaluated", "prompts_cached", "logical_tokens", "computed_tokens")},
         "wall_s": round(wall, 2),
+        "states": len(with_state),  # rows whose hidden state was kept (states_file)
+        "hidden_size": len(with_state[0]) // 2 if with_state else None,
         "ids": [row["id"] for row in rows],
         "labels": task.labels,
         "logprobs": [found.get(t) for t in texts],

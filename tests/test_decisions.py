@@ -239,7 +239,16 @@ def test_the_python_api_warns_when_answers_carry_little_signal(make_connection, 
 def test_explain_says_what_sets_the_rule(make_connection):
     con = make_connection()
     labelled(con)
-    shown = str(con.explain(f"SELECT id, AI.IF({PROMPT}, examples => (SELECT review, label FROM labelled)) FROM reviews"))
-    assert "labelled examples: the call's examples query is read" in shown
+    query = f"SELECT id, AI.IF({PROMPT}, examples => (SELECT review, label FROM labelled)) AS yes FROM reviews"
+    before = con.explain(query).to_dict()["statements"][0]["ai_nodes"][0]["decision"]
+    assert "12 labelled examples (7 false, 5 true), 12 not yet asked" in before  # nothing asked by explain
+    result = con.run(query)
+    after = con.explain(query).to_dict()["statements"][0]["ai_nodes"][0]["decision"]  # the examples are cached now
+    assert after.startswith("answers under labels from 12 labelled examples") and "cross-validated" in after
+    chosen, quality = after.split(" — ", 1)
+    assert result.stats.nodes[0].decision["rule"] in chosen and quality.startswith("balanced accuracy")  # the run's own choice, with its quality
+    assert con.explain(query.replace("labelled)", "labelled WHERE false)")).to_dict()["statements"][0]["ai_nodes"][0]["decision"] == (
+        "labelled examples cannot be used: examples: the query returned no rows"
+    )
     data = con.explain(f"SELECT id, AI.IF({PROMPT}, {{'calibration': 'content_free'}}) FROM reviews").to_dict()
     assert data["statements"][0]["ai_nodes"][0]["decision"].startswith("content-free calibration: 3 more prompts")

@@ -38,8 +38,9 @@ def test_the_cli_says_what_examples_did():
     query = f"SELECT i, AI.IF(PROMPT('Is {{i}} a prime number?'), examples => {examples}) AS prime FROM range(40) t(i)"
     done = CliRunner().invoke(main, ["run", "-e", query, "--model", "tiny", "--no-cache"])
     assert done.exit_code == 0, done.output
-    assert "4 labelled examples (2 false, 2 true)" in done.stderr
-    assert "held out one at a time, balanced accuracy" in done.stderr
+    assert "answers under labels from 4 labelled examples (2 false, 2 true)" in done.stderr
+    assert "(held out one at a time)" in done.stderr and "balanced accuracy" in done.stderr
+    assert "(2-fold cross-validated)" in done.stderr  # the probe on the hidden state, beside the other rules
 
 
 def test_the_shell_says_it(always_one_sided):

@@ -19,6 +19,10 @@ class ScoreRequest:
 
     prompt_ids: tuple[int, ...]
     label_ids: tuple[tuple[int, ...], ...]
+    # Also return the model's final (post-norm) hidden state where the answer starts: the vector
+    # the output head reads to score the labels, so keeping it costs no extra computation. Labelled
+    # examples fit a probe on it (aisql.functions.probe). Engines that cannot see it return None.
+    keep_state: bool = False
 
     def standalone_tokens(self) -> int:
         """Tokens a one-request-at-a-time engine runs: the prompt once, then each label's tail."""
@@ -30,6 +34,9 @@ class LabelScores:
     """log P(label | prompt, the answer is one of the labels), per label, in request order."""
 
     logprobs: tuple[float, ...]
+    # The final hidden state at the answer's position (float32 numpy vector), where the request
+    # asked for it (ScoreRequest.keep_state) and the engine can see it; else None.
+    state: object | None = None
 
     @property
     def best(self) -> int:
@@ -171,6 +178,9 @@ class Engine(Protocol):
     # WorkerPool): the executor then answers a node shard by shard instead of chunk by chunk.
     # None for one engine (embedded, vLLM, remote).
     pool: object | None
+    # Whether `score` returns the final hidden state a request asks for (ScoreRequest.keep_state):
+    # the built-in engine does; vLLM and remote servers do not.
+    reads_states: bool
 
     def facts(self) -> ModelFacts:
         """Prompt format and shape, for planning."""

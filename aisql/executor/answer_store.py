@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+
+if TYPE_CHECKING:
+    from aisql.functions import Task
 
 # A stored answer as the asking task answers it (aisql.functions.Task.read): the answer (its
 # value decided again by the task's rule), None for an entry the task never answers with (edited
@@ -36,34 +39,48 @@ class Answer:
     # calibration is applied on read and changing the rule costs no model time. None for
     # generated answers, and for scored answers cached before they were kept.
     logprobs: tuple[float, ...] | None = None
+    # The model's final hidden state where the answer starts (aisql.functions.hidden_states: float16
+    # bytes), kept for calls with labelled examples: a probe fitted on the examples' states decides
+    # the value (aisql.functions.probe), and changed examples ask the model nothing. None elsewhere.
+    state: bytes | None = None
 
     def __reduce__(self):
         """Pickled as a plain tuple: workers send answers a shard at a time (~40% less to unpickle)."""
-        return (Answer, (self.value, self.cost, self.score, self.p_yes, self.logprobs))
+        return (Answer, (self.value, self.cost, self.score, self.p_yes, self.logprobs, self.state))
+
+    def without_state(self) -> "Answer":
+        """The answer as a reader that has no use for its state keeps it (a node's answers in memory)."""
+        return self if self.state is None else Answer(self.value, self.cost, self.score, self.p_yes, self.logprobs)
 
 
 @dataclass
 class AnswerColumns:
-    """Answers as four lists (a streamed shard's, in the order of its texts): four pickled lists
-    cross a process boundary, and are read, faster than an object per answer — millions a node."""
+    """Answers as lists (a streamed shard's, in the order of its texts): a few pickled lists cross
+    a process boundary, and are read, faster than an object per answer — millions a node."""
 
     values: list
     costs: list[int]
     scores: list
     p_yes: list
     logprobs: list
+    states: list
 
     @classmethod
     def of(cls, answers: Sequence[Answer]) -> "AnswerColumns":
         return cls(
-            [a.value for a in answers], [a.cost for a in answers], [a.score for a in answers], [a.p_yes for a in answers], [a.logprobs for a in answers]
+            [a.value for a in answers],
+            [a.cost for a in answers],
+            [a.score for a in answers],
+            [a.p_yes for a in answers],
+            [a.logprobs for a in answers],
+            [a.state for a in answers],
         )
 
     def __len__(self) -> int:
         return len(self.values)
 
     def answers(self) -> list[Answer]:
-        return list(map(Answer, self.values, self.costs, self.scores, self.p_yes, self.logprobs))
+        return list(map(Answer, self.values, self.costs, self.scores, self.p_yes, self.logprobs, self.states))
 
 
 class AnswerStore(Protocol):
@@ -102,3 +119,23 @@ class MemoryAnswerStore:
 
     def __len__(self) -> int:
         return len(self._answers)
+
+
+def reader_of(task: "Task") -> Reader:
+    """How a task reads stored answers into memory: as it decides them (Task.read), without the
+    hidden states unless it fits on them (a node of a million prompts keeps values, not vectors)."""
+    if task.returns_states or not task.keeps_states:
+        return task.read
+
+    def read(answer: Answer):
+        found = task.read(answer)
+        return found.without_state() if isinstance(found, Answer) else found
+
+    return read
+
+
+def in_memory(task: "Task", answers: dict[str, Answer]) -> dict[str, Answer]:
+    """Fresh answers as the asker keeps them (reader_of): their states are in the store already."""
+    if task.returns_states or not task.keeps_states:
+        return answers
+    return {text: answer.without_state() for text, answer in answers.items()}

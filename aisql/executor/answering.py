@@ -24,7 +24,7 @@ from typing import Callable, Sequence, TypeVar
 
 from aisql.engine.base import Engine, EngineStats
 from aisql.executor import aggregate
-from aisql.executor.answer_store import Answer, AnswerStore
+from aisql.executor.answer_store import Answer, AnswerStore, in_memory, reader_of
 from aisql.executor.budget import BudgetExceeded
 from aisql.executor.answer_types import AnswerCounts, RunOptions
 from aisql.executor.checkpoints import ChunkSizer
@@ -46,6 +46,7 @@ class Answering:
     options: RunOptions = field(default_factory=RunOptions)
     clock: Callable[[], float] = time.perf_counter  # model time of a chunk (tests pass a clock of work done)
     pooled: Callable[[], bool] = lambda: False  # the model runs on a pool of workers: large nodes stream (aisql.executor.cluster.streaming)
+    reads_states: Callable[[], bool] = lambda: False  # the engine returns hidden states (a probe can be fitted: aisql.functions.probe)
     chunks: ChunkSizer = field(init=False)
     # Per task: the prompt texts some node of this run asked already. Two identical calls in one
     # SELECT share it, so the run counts their prompts once as unique (and never as "cached").
@@ -95,7 +96,7 @@ class Answering:
         new = [t for t in counts if t not in seen]
         done.prompts_unique = len(new)
         seen.update(new)
-        known = self.store.get_many(key, list(counts), task.read)
+        known = self.store.get_many(key, list(counts), reader_of(task))
         done.prompts_cached = sum(1 for t in new if t in known)
         todo = [t for t in counts if t not in known]
         if todo:
@@ -140,7 +141,7 @@ class Answering:
                 elapsed = self.clock() - started
                 done.work = done.work + work
                 self.store.put_many(key, fresh)  # the checkpoint: committed before the next chunk
-                known.update(fresh)
+                known.update(in_memory(task, fresh))
                 done.prompts_evaluated += len(fresh)
                 done.prompts_truncated += sum(1 for p in chunk if p.truncated)
                 if budget is not None:
@@ -159,7 +160,7 @@ class Answering:
         """Final answers of aggregate groups: the cache first; the rest reduced level by level, every
         map and reduce prompt answered (cached, checkpointed) like any GENERATE prompt."""
         done = AnswerCounts()
-        known = self.store.get_many(key, list(counts), task.read)
+        known = self.store.get_many(key, list(counts), reader_of(task))
         for text in counts:  # a cached group counts as one prompt answered from the cache
             if text in known:
                 done.prompts_total += 1
@@ -184,3 +185,4 @@ class Answering:
         self.store.put_many(key, finals)
         known.update(finals)
         return known, done
+

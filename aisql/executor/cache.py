@@ -14,6 +14,7 @@ replaced, and the run says how many were.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ from typing import Callable, Iterable
 
 from aisql.errors import AisqlError, AisqlWarning
 from aisql.executor.answer_store import Answer, AnswerStore, MemoryAnswerStore, Reader
+from aisql.functions.hidden_states import valid_state
 from aisql.paths import cache_root
 
 SCHEMA_VERSION = 1
@@ -331,10 +333,13 @@ def _encode(answer: Answer) -> str:
         data["p"] = answer.p_yes
     if answer.logprobs is not None:
         data["l"] = list(answer.logprobs)
+    if answer.state is not None:  # the hidden state (float16 bytes), base64: ~1.5 KB for a 576-wide model
+        data["h"] = base64.b64encode(answer.state).decode("ascii")
     return json.dumps(data)
 
 
-_FIELDS = ({"v", "c", "s"}, {"v", "c", "s", "p"}, {"v", "c", "s", "l"}, {"v", "c", "s", "p", "l"})
+_REQUIRED = {"v", "c", "s"}
+_OPTIONAL = {"p", "l", "h"}
 
 
 def _decode(value) -> Answer | None:
@@ -343,8 +348,16 @@ def _decode(value) -> Answer | None:
         data = json.loads(value)
     except (TypeError, ValueError, RecursionError):  # not JSON, not text, nested past the parser
         return None
-    if not isinstance(data, dict) or data.keys() not in _FIELDS:
+    if not isinstance(data, dict) or not _REQUIRED <= data.keys() <= _REQUIRED | _OPTIONAL:
         return None
+    state = None
+    if "h" in data:
+        try:
+            state = base64.b64decode(data["h"], validate=True) if isinstance(data["h"], str) else None
+        except ValueError:
+            return None
+        if not valid_state(state):
+            return None
     cost, score, p_yes, logprobs = data["c"], data["s"], data.get("p"), data.get("l")
     if type(cost) is not int or cost < 0:
         return None
@@ -356,7 +369,7 @@ def _decode(value) -> Answer | None:
         if not isinstance(logprobs, list) or not logprobs or not all(type(lp) in (int, float) and lp <= 1e-3 for lp in logprobs):
             return None
         logprobs = tuple(float(lp) for lp in logprobs)
-    return Answer(value=data["v"], cost=cost, score=score, p_yes=p_yes, logprobs=logprobs)
+    return Answer(value=data["v"], cost=cost, score=score, p_yes=p_yes, logprobs=logprobs, state=state)
 
 
 def _read(read: Reader, answer: Answer):

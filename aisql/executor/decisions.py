@@ -18,18 +18,20 @@ import duckdb
 from sqlglot import exp
 
 from aisql.errors import AisqlError
+from aisql.executor.answer_store import Answer
 from aisql.functions import Task
 from aisql.functions.arguments import LITERAL_EXAMPLES
 from aisql.functions.decision import CONTENT_FREE_INPUTS, MAX_EXAMPLES, Decision
 from aisql.sql.calls import AICall
 
-# Asks the model for texts under a task: text -> label log-probabilities, with the work counted
-# by the caller (planned: through the answering path; naive: one text per engine call).
-AskTexts = Callable[[Task, list[str]], dict[str, Sequence[float]]]
+# Asks the model for texts under a task: text -> its answer (label log-probabilities, and the
+# hidden state where the task keeps it), with the work counted by the caller (planned: through
+# the answering path; naive: one text per engine call).
+AskTexts = Callable[[Task, list[str]], dict[str, Answer]]
 
 # The rule of a node whose rule is still being made: the likeliest label, with every label's
-# probability required (an older cache entry without them is asked again).
-PENDING = {source: Decision(source) for source in ("examples", "content_free", "batch")}
+# probability required (an older cache entry without them is asked again). Examples: example_rule.
+PENDING = {source: Decision(source) for source in ("content_free", "batch")}
 
 
 class ExamplesError(AisqlError):
@@ -102,19 +104,43 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def example_rule(con: duckdb.DuckDBPyConnection, call: AICall, task: Task, ask: AskTexts) -> tuple[Decision | None, dict]:
-    """The rule the call's examples support (None: the function's own answers did as well on
-    them held out), and the report of it."""
+def example_rule(
+    con: duckdb.DuckDBPyConnection, call: AICall, task: Task, ask: AskTexts, *, reads_states: bool = False
+) -> tuple[Decision | None, dict]:
+    """The rule the call's examples support, and the report of it. `reads_states`: the engine
+    returns hidden states, so the examples' states are asked for (a probe may be fitted on them)
+    and the rule keeps every prompt's state (Decision.keep_states) — other examples later ask the
+    model nothing. None: the function's own answers, nothing kept."""
     tuples, labels = read_examples(con, call, task)
     texts = [call.template.render(values) for values in tuples]
-    scores = ask(dataclasses.replace(task, decision=PENDING["examples"]), list(dict.fromkeys(texts)))
-    rows = [scores[t] for t in texts]
+    fitting = Decision("examples", keep_states=reads_states, fitting=True)
+    answers = ask(dataclasses.replace(task, decision=fitting), list(dict.fromkeys(texts)))
+    rows = [answers[t].logprobs for t in texts]
+    states = [answers[t].state for t in texts] if reads_states else None
     try:
-        rule, report = call.function.learn(task, rows, labels)
+        rule, report = call.function.learn(task, rows, labels, states)
     except ValueError as err:
         raise ExamplesError(f"examples: {err}", hint="give labelled rows of every answer the model should tell apart") from None
     report["per_label"] = _per_label(labels)
+    if reads_states:  # every prompt of the call keeps its state, whichever rule answers
+        rule = dataclasses.replace(rule or Decision("examples"), keep_states=True)
     return rule, report
+
+
+def explain_examples(con: duckdb.DuckDBPyConnection, call: AICall, task: Task, lookup: Callable[[Task, list[str]], dict[str, Answer]], *, reads_states: bool) -> dict:
+    """What `aisql explain` can say of a call's examples without asking the model: the rule they
+    choose and every candidate's quality (the report `example_rule` makes) where every example
+    is in the result cache (`lookup`: the cached answers of texts under a task), else how many
+    are still to ask. Raises ExamplesError when the examples cannot be read."""
+    tuples, labels = read_examples(con, call, task)
+    texts = [call.template.render(values) for values in tuples]
+    fitting = Decision("examples", keep_states=reads_states, fitting=True)
+    found = lookup(dataclasses.replace(task, decision=fitting), list(dict.fromkeys(texts)))
+    missing = len(set(texts) - set(found))
+    if missing:
+        return {"examples": len(texts), "per_label": _per_label(labels), "missing": missing}
+    _, report = example_rule(con, call, task, lambda _task, _texts: found, reads_states=reads_states)
+    return report
 
 
 def _per_label(labels: list) -> dict:
@@ -128,8 +154,8 @@ def _per_label(labels: list) -> dict:
 def content_free_rule(call: AICall, task: Task, ask: AskTexts) -> tuple[Decision, dict]:
     """Content-free calibration: the prompt with every argument "N/A", "", "[MASK]" in turn."""
     texts = list(dict.fromkeys(call.template.render([cf] * call.arity) for cf in CONTENT_FREE_INPUTS))
-    scores = ask(dataclasses.replace(task, decision=PENDING["content_free"]), texts)
-    rule = call.function.calibrated(task, [scores[t] for t in texts], "content_free")
+    answers = ask(dataclasses.replace(task, decision=PENDING["content_free"]), texts)
+    rule = call.function.calibrated(task, [answers[t].logprobs for t in texts], "content_free")
     return rule, {"inputs": len(texts), "rule": rule.describe()}
 
 

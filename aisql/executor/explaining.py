@@ -79,6 +79,7 @@ def explain_script(
         measured_load=measured.load if measured else None,
     )
     explanation.proxies = _proxies(plans, session, con)
+    explanation.decisions = _decisions(plans, session, con)
     explanation.notes = routes.notes
     if workers:
         explanation.shard_plans = _shard_plans(plans, estimates, stats, workers, checkpoint_every)
@@ -149,6 +150,43 @@ def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, chec
                 with contextlib.suppress(duckdb.Error):  # not countable before the script runs: the estimate says
                     distinct = streamed_input.count_input(stats.con, node.estimate_sql, node.call.arity)
             out[node.id]["sliced"] = streamed_input.streams(distinct)
+    return out
+
+
+def _decisions(plans, session: ModelSession, con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """Per node with labelled examples: the rule they choose and each candidate's quality on them
+    when every example is in the result cache (nothing asked, nothing loaded), else what is left
+    to ask (aisql.executor.decisions.explain_examples)."""
+    from aisql.executor import decisions
+    from aisql.executor.answer_store import reader_of
+    from aisql.executor.signals import examples_line
+
+    out: dict[str, str] = {}
+    fingerprint = None
+    for plan in plans:
+        for node in plan.nodes:
+            if decisions.source_of(node.call) != "examples":
+                continue
+            fingerprint = fingerprint or session.known_fingerprint()
+            if fingerprint is None:
+                continue  # the numerics are measured by the first run: the cache cannot be keyed yet
+
+            def lookup(task, texts, fingerprint=fingerprint):
+                return session.store.get_many(task.store_key(fingerprint), texts, reader_of(task))
+
+            try:
+                report = decisions.explain_examples(con, node.call, node.call.task, lookup, reads_states=session.reads_states())
+            except AisqlError as err:
+                out[node.id] = f"labelled examples cannot be used: {err.message}"
+                continue
+            if "missing" in report:
+                per_label = ", ".join(f"{count} {label}" for label, count in report["per_label"].items())
+                out[node.id] = (
+                    f"answers under labels: {report['examples']} labelled examples ({per_label}), {report['missing']} not yet asked "
+                    "(not in these estimates): the rule and its quality on them are chosen when the query runs"
+                )
+            else:
+                out[node.id] = examples_line(report)
     return out
 
 

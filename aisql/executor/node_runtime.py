@@ -78,13 +78,13 @@ class NodeRuntime:
             if source == "batch" and self.options.targets_for(self.call) is not None:
                 raise AisqlError("calibration 'batch' cannot be combined with approximate mode", hint="use 'content_free' or examples")
             if source == "examples":
-                rule, report = decisions.example_rule(con, self.call, self.task, ask)
+                rule, report = decisions.example_rule(con, self.call, self.task, ask, reads_states=self.answering.reads_states())
             elif source == "content_free":
                 rule, report = decisions.content_free_rule(self.call, self.task, ask)
             elif naive:
                 texts = list(self._input_prompts(con).counts)
-                scores = ask(dataclasses.replace(self.task, decision=decisions.PENDING["batch"]), texts)
-                rule, report = decisions.batch_rule(self.call, self.task, [scores[t] for t in texts])
+                answers = ask(dataclasses.replace(self.task, decision=decisions.PENDING["batch"]), texts)
+                rule, report = decisions.batch_rule(self.call, self.task, [answers[t].logprobs for t in texts])
             else:
                 rule, report = decisions.PENDING["batch"], {}
                 self._batch = {}
@@ -101,21 +101,21 @@ class NodeRuntime:
             AisqlError(f"calibration 'batch' needs the call's input rows before the query runs, and {why}", hint="use 'content_free' or examples")
         )
 
-    def _ask_planned(self, task: Task, texts: list[str]) -> dict[str, Any]:
-        """Label log-probabilities of texts the rule is made from, through the answering path."""
+    def _ask_planned(self, task: Task, texts: list[str]) -> dict[str, Answer]:
+        """Answers to the texts the rule is made from, through the answering path."""
         source = task.decision.source
         known, counts = self.answering.answer_texts(
             {t: 1 for t in texts}, task, seen=set(), progress=(f"{self.node.id}-{source}", f"{self.call.describe()} [{source.replace('_', '-')}]")
         )
         self._count_rule_prompts(counts.prompts_evaluated, counts.prompts_cached, counts.logical_tokens, counts.work)
-        return {t: known[t].logprobs for t in texts}
+        return {t: known[t] for t in texts}
 
-    def _ask_naive(self, task: Task, texts: list[str]) -> dict[str, Any]:
+    def _ask_naive(self, task: Task, texts: list[str]) -> dict[str, Answer]:
         """The same, one text per engine call, nothing reused or stored (naive mode)."""
         out = {}
         for text in texts:
             answers, work = self.answering.measured(lambda engine: evaluate(engine, task, [text], naive=True, on_overflow=self.options.on_overflow))
-            out[text] = answers[text].logprobs
+            out[text] = answers[text]
             self._count_rule_prompts(1, 0, answers[text].cost, work)
         return out
 

@@ -9,6 +9,7 @@ plus its functions; the planner's cost model has its own table (aisql.planner.co
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass
@@ -16,8 +17,11 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from aisql.engine.model.prompt_format import encode_labels
 from aisql.engine.base import Engine, GenerateRequest, ScoreRequest
+from aisql.errors import ModelError
 from aisql.executor.answer_store import Answer
 from aisql.functions import Request, Task
+from aisql.functions.base import STALE
+from aisql.functions.hidden_states import pack_state
 
 if TYPE_CHECKING:
     from aisql.executor.evaluate import Prepared
@@ -36,20 +40,31 @@ class RequestKind:
 
 
 def _score(engine: Engine, task: Task, items: Sequence["Prepared"], naive: bool) -> dict[str, Answer]:
-    """Each prompt's labels scored in one forward pass."""
-    function = task.function
+    """Each prompt's labels scored in one forward pass (with its hidden state, where the task
+    keeps them). The value is the task's rule applied to the answer as it is stored — the
+    float16 state, not the pass's float32 one — so a fresh and a cached answer decide alike."""
     label_ids = encode_labels(engine.encode_label, engine.format.end_of_answer, task.labels, task.framing)
-    requests = [ScoreRequest(p.ids, label_ids) for p in items]
+    keep = task.keeps_states
+    requests = [ScoreRequest(p.ids, label_ids, keep_state=keep) for p in items]
     answers = {}
     for item, request, scores in zip(items, requests, engine.score(requests, reuse=not naive)):
-        answers[item.text] = Answer(
-            value=function.value_from_scores(task, scores.logprobs),
-            cost=request.standalone_tokens(),
-            score=math.exp(scores.logprobs[scores.best]),
-            p_yes=function.p_yes(scores.logprobs),
-            logprobs=tuple(float(lp) for lp in scores.logprobs),
-        )
+        answers[item.text] = scored_answer(task, scores, request.standalone_tokens())
     return answers
+
+
+def scored_answer(task: Task, scores, cost: int) -> Answer:
+    """An engine's LabelScores as the answer kept: the labels' log-probabilities, the hidden state
+    packed as stored, and the value the task's rule gives them."""
+    function = task.function
+    logprobs = tuple(float(lp) for lp in scores.logprobs)
+    state = pack_state(scores.state) if scores.state is not None and task.keeps_states else None
+    raw = Answer(
+        value=None, cost=cost, score=math.exp(logprobs[scores.best]), p_yes=function.p_yes(logprobs), logprobs=logprobs, state=state
+    )
+    value = function.value_from_answer(task, raw)
+    if value is STALE:  # a probe's rule on an engine that returned no state: never chosen so (aisql.executor.decisions)
+        raise ModelError("this engine returned no hidden state for a prompt, and the call's rule (a probe) decides from it")
+    return dataclasses.replace(raw, value=value)
 
 
 def _generate(engine: Engine, task: Task, items: Sequence["Prepared"], naive: bool) -> dict[str, Answer]:

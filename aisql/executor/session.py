@@ -221,7 +221,23 @@ class ModelSession:
         cache, the engine lock and the fingerprint, with the run's options."""
         from aisql.executor.answering import Answering, RunOptions
 
-        return Answering(lambda: self.engine, self.store, self.lock, self.fingerprint, options or RunOptions(), pooled=lambda: self.cluster is not None)
+        return Answering(
+            lambda: self.engine,
+            self.store,
+            self.lock,
+            self.fingerprint,
+            options or RunOptions(),
+            pooled=lambda: self.cluster is not None,
+            reads_states=self.reads_states,
+        )
+
+    def reads_states(self) -> bool:
+        """Whether this model's engine returns the hidden states a probe is fitted on: the built-in
+        engine (in process or on Ray workers) does; vLLM and remote servers do not. Decided from
+        the spec, without loading the model (a cached rerun loads none)."""
+        if self._given_engine is not None:
+            return bool(getattr(self._given_engine, "reads_states", False))
+        return self.resolved_model.backend in ("hf", "gguf")
 
     def fingerprint(self) -> str:
         """The model's identity in the result cache: weights, tokenizer, numerics."""

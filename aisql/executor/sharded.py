@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from aisql.executor.answer_types import AnswerCounts
-from aisql.executor.answer_store import Answer
+from aisql.executor.answer_store import Answer, in_memory
 from aisql.executor.cluster.engine import ClusterEngine
 from aisql.executor.cluster.shard_plan import Group, ShardCutter
 from aisql.executor.cluster.shards import prefix_groups
@@ -40,7 +40,7 @@ def evaluate_sharded(
 
     def on_result(shard, result, worker: str) -> None:
         store.put_many(key, result.answers)  # the checkpoint: this shard's answers are safe
-        known.update(result.answers)
+        known.update(in_memory(task, result.answers))
         count = len(result.answers)
         batch = [p for group in shard for p in group.payload]
         counts.prompts_evaluated += count

@@ -157,13 +157,7 @@ def _decision_lines(node: NodeStats) -> list[QualityLine]:
     cached = report.get("prompts_cached", 0)
     prompts = f" ({asked + cached:,} prompts: {asked:,} asked, {cached:,} from the result cache)" if asked + cached else ""
     if source == "examples":
-        per_label = ", ".join(f"{count} {label}" for label, count in report.get("per_label", {}).items())
-        held = f"held out one at a time, {report['metric']} {report['held_out']:.3g} against the model's own {report['model_own']:.3g}"
-        if report.get("kept"):
-            text = f"{node.node}: rule from {report['examples']} labelled examples ({per_label}): {report['rule']} — {held}{changed}{prompts}"
-        else:
-            text = f"{node.node}: {report['examples']} labelled examples ({per_label}) did not beat the model's own answers ({held}): kept the likeliest label{prompts}"
-        return [QualityLine(node.node, text, False)]
+        return [QualityLine(node.node, f"{node.node}: {examples_line(report)}{changed}{prompts}", False)]
     if source == "content_free":
         return [QualityLine(node.node, f"{node.node}: content-free calibration ({report.get('inputs', 0)} inputs): {report['rule']}{changed}{prompts}", False)]
     if source == "batch":
@@ -176,3 +170,33 @@ def _decision_lines(node: NodeStats) -> list[QualityLine]:
             )
         ]
     return []
+
+
+def examples_line(report: dict) -> str:
+    """What a call's labelled examples chose and how good each candidate was on them, in one line:
+    answers under labels are the chosen rule applied to the model's reading of each row."""
+    per_label = ", ".join(f"{count} {label}" for label, count in report.get("per_label", {}).items())
+    metric = report["metric"].removesuffix(" (negated: higher is better)")
+    negate = metric != report["metric"]  # AI.SCORE's quality is a negated error: shown as the error
+    candidates = report.get("candidates") or []
+    chosen = next((c for c in candidates if c["name"] == report.get("chosen")), None)
+    if chosen is None:  # a report from before the candidates were kept
+        return f"answers under labels from {report['examples']} labelled examples ({per_label}): {report['rule']}"
+    others = ", ".join(f"{c['rule']} {_estimate(c, negate)} ({c['how']})" for c in candidates if c is not chosen)
+    text = (
+        f"answers under labels from {report['examples']} labelled examples ({per_label}): {chosen['rule']} — "
+        f"{metric} {_estimate(chosen, negate)} ({chosen['how']}); beside it: {others}"
+    )
+    if report.get("probe"):
+        text += f"; no probe: {report['probe']}"
+    return text
+
+
+def _estimate(candidate: dict, negate: bool) -> str:
+    """A candidate's quality on the examples with its 95% interval, e.g. 0.81 [0.62, 0.94]."""
+    value, low, high = candidate.get("quality"), candidate.get("low"), candidate.get("high")
+    if value is None:
+        return "n/a"
+    if negate:
+        value, low, high = -value, (None if high is None else -high), (None if low is None else -low)
+    return f"{value:.2f}" + (f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else "")

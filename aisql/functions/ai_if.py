@@ -71,12 +71,18 @@ class AiIf(AIFunction):
     def value_from_answer(self, task: Task, answer: Any) -> Any:
         """Answers cached before every label's probability was kept still have P(Yes): enough
         for any threshold."""
-        if answer.logprobs is None and answer.p_yes is not None:
-            rule = task.decision
+        rule = task.decision
+        if answer.logprobs is None and answer.p_yes is not None and (rule is None or not rule.needs_states):
             return answer.p_yes >= (rule.threshold if rule is not None and rule.threshold is not None else 0.5)
         return super().value_from_answer(task, answer)
 
     # ---- the decision rule ----------------------------------------------------------------------
+    def value_from_probe(self, task: Task, prediction: int) -> bool:
+        return prediction == 0  # the index of "Yes"
+
+    def probe_target(self, task: Task, label: bool) -> int:
+        return 0 if label else 1
+
     def example_label(self, task: Task, value: Any) -> bool:
         if isinstance(value, bool):
             return value

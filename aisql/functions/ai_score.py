@@ -181,6 +181,16 @@ class AiScore(AIFunction):
         expectations = [self.value_from_scores(task, r) for r in rows]
         return Decision("examples", points=decision.fit_monotone(expectations, labels))
 
+    probe_kind = "number"
+
+    def probe_target(self, task: Task, label: float) -> float:
+        return float(label)
+
+    def value_from_probe(self, task: Task, prediction: float) -> float:
+        """A probe's number, held to the scale (a linear model can overshoot its ends)."""
+        low, high = int(task.labels[0]), int(task.labels[-1])
+        return min(max(float(prediction), float(low)), float(high))
+
     def example_quality(self, predicted: Sequence[float], labels: Sequence[float]) -> float:
         return -math.fsum(abs(p - t) for p, t in zip(predicted, labels)) / len(labels)
 

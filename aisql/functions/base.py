@@ -102,6 +102,17 @@ class Task:
         payload = "\x1f".join(parts)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
+    @property
+    def keeps_states(self) -> bool:
+        """Its prompts' hidden states are kept with their answers (labelled examples: Decision.keep_states)."""
+        return self.decision is not None and self.decision.keep_states
+
+    @property
+    def returns_states(self) -> bool:
+        """Its answers are read back with their hidden states (the examples a rule is fitted on);
+        everyone else's answers leave them in the result cache."""
+        return self.decision is not None and self.decision.fitting and self.decision.keep_states
+
     def accepts(self, value: Any) -> bool:
         """Whether `value` is an answer this task can have (aisql.executor.cache reads an entry
         that is not as a miss: edited by hand or corrupt, it is asked again)."""
@@ -271,8 +282,13 @@ class AIFunction:
 
     def value_from_answer(self, task: Task, answer: Any) -> Any:
         """A scored answer's value under `task`'s rule (aisql.executor.answer_store.Answer): from
-        every label's log-probability; without them (cached before they were kept) the stored
-        value under the function's own rule, else STALE."""
+        every label's log-probability, or, under a probe, from its hidden state; without them
+        (cached before they were kept) the stored value under the function's own rule, else STALE."""
+        rule = task.decision
+        if rule is not None and rule.needs_states and answer.state is None:
+            return STALE
+        if rule is not None and rule.probe is not None:
+            return self.value_from_probe(task, rule.probe.predict_one(answer.state))
         if answer.logprobs is not None:
             return self.value_from_scores(task, answer.logprobs)
         return answer.value if task.decision is None else STALE
@@ -280,6 +296,11 @@ class AIFunction:
     def p_yes(self, logprobs: Sequence[float]) -> float | None:
         """A yes/no function's P(Yes) from its labels' log-probabilities (None: not yes/no)."""
         return None
+
+    def value_from_probe(self, task: Task, prediction: Any) -> Any:
+        """The SQL value from a probe's prediction (aisql.functions.probe.Probe.predict_one): the
+        index of a label, or a number on AI.SCORE's scale."""
+        return task.labels[prediction]
 
     def value_from_text(self, task: Task, text: str) -> Any:
         """The SQL value from the generated text (GENERATE functions)."""
@@ -315,34 +336,23 @@ class AIFunction:
 
     quality_name: ClassVar[str] = "balanced accuracy"
 
-    def learn(self, task: Task, rows: Sequence[Sequence[float]], labels: Sequence[Any]) -> tuple[Decision | None, dict]:
-        """The rule examples support, with its held-apart check: fitted on all but one example and
-        tried on that one, in turn (leave-one-out); kept only if those held-out answers match the
-        labels better than the function's own answers to the same examples. (None, report) when
-        it is not kept."""
-        plain = dataclasses.replace(task, decision=None)
-        own = [self.value_from_scores(plain, r) for r in rows]
+    def learn(
+        self, task: Task, rows: Sequence[Sequence[float]], labels: Sequence[Any], states: Sequence[bytes | None] | None = None
+    ) -> tuple[Decision | None, dict]:
+        """The rule labelled examples support, and the report of its choice (aisql.functions.learning):
+        the model's own answers, a rule on the label probabilities (kept only if it does better
+        held out), or a probe on the hidden states (`states`; chosen only if clearly better)."""
+        from aisql.functions import learning
 
-        def held_out(train: list[int], i: int) -> Any:
-            try:
-                rule = self.fit_decision(plain, [rows[j] for j in train], [labels[j] for j in train])
-            except ValueError:  # the others lack a class: the function's own answer
-                return own[i]
-            return self.value_from_scores(dataclasses.replace(task, decision=rule), rows[i])
+        return learning.learn(self, task, rows, labels, states)
 
-        fitted = self.fit_decision(plain, rows, labels)
-        loo = decision.leave_one_out(len(rows), held_out)
-        held, baseline = self.example_quality(loo, labels), self.example_quality(own, labels)
-        kept = held > baseline
-        report = {
-            "examples": len(rows),
-            "rule": fitted.describe() if kept else "the likeliest label (kept: examples did not do better held out)",
-            "kept": kept,
-            "metric": self.quality_name,
-            "held_out": round(held, 4),
-            "model_own": round(baseline, 4),
-        }
-        return (fitted if kept else None), report
+    # A probe on the hidden state predicts a label index (CLASSES) or a number on the scale
+    # (NUMBER) for the functions that decide (aisql.functions.probe); None: no probe.
+    probe_kind: ClassVar[str | None] = "classes"
+
+    def probe_target(self, task: Task, label: Any) -> Any:
+        """An example's label as the probe's target: the label's index (AI.SCORE: the number)."""
+        return task.labels.index(label)
 
     # ---- presentation ----------------------------------------------------------------------------
     def describe_options(self, options: Options) -> str:

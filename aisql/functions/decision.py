@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    from aisql.functions.probe import Probe
 
 SOURCES = ("min_confidence", "examples", "content_free", "batch")
 CALIBRATIONS = ("none", "content_free", "batch")
@@ -39,8 +42,23 @@ class Decision:
     threshold: float | None = None  # yes/no: TRUE when P(Yes) >= threshold
     offsets: tuple[float, ...] | None = None  # added to each label's log-probability first (CLASSIFY, SCORE)
     points: tuple[tuple[float, float], ...] | None = None  # SCORE: the expectation's monotone map, as (x, y) knots
+    # Decides from the prompt's hidden state instead of the label probabilities (aisql.functions.probe).
+    probe: "Probe | None" = None
+    # Labelled examples on an engine that sees hidden states: every prompt's state is kept (in the
+    # answer and the result cache), so other examples, or a probe, ask the model nothing again.
+    keep_states: bool = False
+    # The examples themselves, asked to fit the rule: their states are read back, and a cached
+    # answer without one is asked again (where keep_states).
+    fitting: bool = False
+
+    @property
+    def needs_states(self) -> bool:
+        """An answer without a hidden state cannot be read under this rule (asked again)."""
+        return self.probe is not None or (self.fitting and self.keep_states)
 
     def describe(self) -> str:
+        if self.probe is not None:
+            return self.probe.describe()
         if self.threshold is not None:
             return f"P(Yes) >= {self.threshold:.3g}"
         if self.points is not None:

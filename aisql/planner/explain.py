@@ -47,6 +47,7 @@ class Explanation:
     cache_note: str | None = None  # what the result cache changes (everything cached), or why it was not consulted
     measured_load: float | None = None  # cores other work kept busy when the calibrating speed was measured
     proxies: dict[str, str] = field(default_factory=dict)  # node id -> approximate mode's proxy and why
+    decisions: dict[str, str] = field(default_factory=dict)  # node id -> its labelled examples' rule and quality, where known
     notes: list[str] = field(default_factory=list)  # which model answers a model named in the query
 
     def tree(self) -> Tree:
@@ -71,7 +72,7 @@ class Explanation:
         for note in self.notes:
             header += f"\nnote: {note}"
         calibrated = bool(self.hardware and self.hardware.planned_tokens_per_s)
-        return plans_tree(self.plans, self.estimates, header, calibrated, self.shard_plans, self.proxies)
+        return plans_tree(self.plans, self.estimates, header, calibrated, self.shard_plans, self.proxies, self.decisions)
 
     # ---- printable: print(con.explain(q)), rich consoles, notebooks ---------------------------
     def __str__(self) -> str:
@@ -94,7 +95,7 @@ class Explanation:
         return console.export_html(inline_styles=True)
 
     def to_dict(self) -> dict:
-        data = {"statements": [plan_to_dict(p, e, self.shard_plans, self.proxies) for p, e in zip(self.plans, self.estimates)]}
+        data = {"statements": [plan_to_dict(p, e, self.shard_plans, self.proxies, self.decisions) for p, e in zip(self.plans, self.estimates)]}
         if self.notes:
             data["notes"] = list(self.notes)
         if self.hardware is not None:
@@ -131,7 +132,13 @@ def _side(side: Side) -> dict:
     }
 
 
-def plan_to_dict(plan: Plan, estimate: PlanEstimate | None, shard_plans: dict[str, dict] | None = None, proxies: dict[str, str] | None = None) -> dict:
+def plan_to_dict(
+    plan: Plan,
+    estimate: PlanEstimate | None,
+    shard_plans: dict[str, dict] | None = None,
+    proxies: dict[str, str] | None = None,
+    decisions: dict[str, str] | None = None,
+) -> dict:
     nodes = []
     for node in plan.nodes:
         est = estimate.node(node.id) if estimate else None
@@ -152,7 +159,7 @@ def plan_to_dict(plan: Plan, estimate: PlanEstimate | None, shard_plans: dict[st
                 "estimate": q,
                 "estimate_reason": est.reason if est else "",
                 "approximate": approximate_line(node, est, (proxies or {}).get(node.id)) if est else None,
-                "decision": decision_line(node),
+                "decision": (decisions or {}).get(node.id) or decision_line(node),
                 "rows_in": round(est.rows_in) if known else None,
                 "prompts_total": round(est.prompts_total) if known else None,
                 "prompts_unique": round(est.prompts_unique) if known else None,
@@ -181,6 +188,7 @@ def plans_tree(
     calibrated: bool = False,
     shard_plans: dict | None = None,
     proxies: dict[str, str] | None = None,
+    decisions: dict[str, str] | None = None,
 ) -> Tree:
     from rich.tree import Tree
 
@@ -224,7 +232,7 @@ def plans_tree(
                     sel = f"selectivity {est.selectivity.value:.2f} ({est.selectivity.source})" if est.selectivity else ""
                     share = f"input {est.input_factor:.0%} of its AI-free rows" if est.input_factor != 1.0 else ""
                     branch.add("[dim]" + " · ".join(p for p in (sel, share) if p) + "[/dim]")
-            rule = decision_line(node)
+            rule = (decisions or {}).get(node.id) or decision_line(node)
             if rule:
                 branch.add(f"[yellow]{rule}[/yellow]")
             if node.depends_on:

@@ -34,6 +34,7 @@ from aisql.engine.decoding.speculative import NgramIndex, SpeculationConfig
 
 class HFEngine(EncodesPrompts):
     pool = None  # one engine, not a worker pool (Engine.pool)
+    reads_states = True  # ScoreRequest.keep_state: the final hidden state comes back with the scores
 
     def __init__(
         self,
@@ -168,7 +169,7 @@ class HFEngine(EncodesPrompts):
             first[b, : len(r.label_ids)] = torch.tensor([label[0] for label in r.label_ids], device=self.device)
         first_logits = self.runner.label_logits(last, first)
         tails = self._score_tails(requests, out) if needs_tail else {}
-        return _label_scores(requests, first_logits, tails)
+        return _label_scores(requests, first_logits, tails, last)
 
     def _score_flat(self, batch: list[Work], requests: list[ScoreRequest], reuse: bool) -> list[LabelScores]:
         """One flattened pass: every request's tokens, and the tails of its multi-token labels as
@@ -186,7 +187,8 @@ class HFEngine(EncodesPrompts):
         first = torch.zeros((len(batch), width), dtype=torch.long, device=self.device)
         for b, r in enumerate(requests):
             first[b, : len(r.label_ids)] = torch.tensor([label[0] for label in r.label_ids], device=self.device)
-        first_logits = self.runner.label_logits(out.hidden[lasts], first)
+        last = out.hidden[lasts]
+        first_logits = self.runner.label_logits(last, first)
         tail_scores: dict[tuple[int, int], float] = {}
         if tails:
             positions = [out.offsets[s] + j for _, _, s in tails for j in range(len(segments[s].tokens))]
@@ -197,7 +199,7 @@ class HFEngine(EncodesPrompts):
                 steps = torch.arange(row, row + len(targets), device=self.device)
                 tail_scores[(b, k)] = float(logprobs[steps, torch.tensor(targets, device=self.device)].double().sum())
                 row += len(targets)
-        return _label_scores(requests, first_logits, tail_scores)
+        return _label_scores(requests, first_logits, tail_scores, last)
 
     def _score_tails(self, requests: list[ScoreRequest], out: BatchOutput) -> dict[tuple[int, int], float]:
         """log P(label[1:] | prompt, label[0]) for labels longer than one token, from the batch cache."""
@@ -491,14 +493,20 @@ def _stop_ids(model, tokenizer) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _label_scores(requests: Sequence[ScoreRequest], first_logits: torch.Tensor, tails: dict[tuple[int, int], float]) -> list[LabelScores]:
+def _label_scores(
+    requests: Sequence[ScoreRequest], first_logits: torch.Tensor, tails: dict[tuple[int, int], float], last: torch.Tensor
+) -> list[LabelScores]:
     """Each request's label log-likelihoods normalised over its labels: the first token's logit
     plus the log-probability of the label's later tokens (`tails[(request, label)]`, 0 for a
-    one-token label), log-softmaxed in float64 — one rule for the padded and flattened passes."""
+    one-token label), log-softmaxed in float64 — one rule for the padded and flattened passes.
+    `last`: the final hidden states the first logits were read from, returned (float32) to the
+    requests that keep them."""
+    states = last.float().cpu().numpy() if any(r.keep_state for r in requests) else None
     scores = []
     for b, r in enumerate(requests):
         values = first_logits[b, : len(r.label_ids)].double().clone()
         for k in range(len(r.label_ids)):
             values[k] += tails.get((b, k), 0.0)
-        scores.append(LabelScores(tuple(torch.log_softmax(values, dim=0).tolist())))
+        state = states[b].copy() if r.keep_state else None
+        scores.append(LabelScores(tuple(torch.log_softmax(values, dim=0).tolist()), state))
     return scores

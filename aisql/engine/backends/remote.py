@@ -69,6 +69,7 @@ def remote_fingerprint(spec: str) -> str:
 
 
 class RemoteEngine(EncodesPrompts):
+    reads_states = False  # hidden states do not cross its API: labelled examples fit no probe
     pool = None  # one engine, not a worker pool (Engine.pool)
 
     def __init__(

@@ -47,6 +47,7 @@ def load_vllm_engine(model: str, options) -> "VLLMEngine":
 
 
 class VLLMEngine(EncodesPrompts):
+    reads_states = False  # hidden states do not cross its API: labelled examples fit no probe
     pool = None  # one engine, not a worker pool (Engine.pool)
 
     def __init__(self, model: str, options) -> None:

@@ -19,6 +19,7 @@ from aisql.executor.cluster.shards import PrefixLedger
 
 
 class ClusterEngine(EncodesPrompts):
+    reads_states = True  # every worker is the built-in engine
     def __init__(self, pool: WorkerPool, facts: ModelFacts) -> None:
         self.pool = pool
         self._facts = facts

@@ -31,7 +31,7 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Sequence
 
-from aisql.executor.answer_store import Answer, AnswerColumns, AnswerStore
+from aisql.executor.answer_store import Answer, AnswerColumns, AnswerStore, reader_of
 from aisql.executor.cache import CacheError, SqliteAnswerStore
 from aisql.functions import Task
 
@@ -48,7 +48,7 @@ class InProcessStore:
 
     def lookup(self, texts: Sequence[str]) -> tuple[int, dict[int, Answer]]:
         """(first, stored answers by position in `texts`): the others get ids first + position."""
-        found = self.store.get_many(self.key, texts, self.task.read)
+        found = self.store.get_many(self.key, texts, reader_of(self.task))
         first, out = self._next, {}
         for i, text in enumerate(texts):
             if text in found:
@@ -206,7 +206,7 @@ def _serve(path: str, pipe) -> None:
                     rows = [(i, a.value, a.cost, a.score, a.p_yes) for i, a in found.items()]
                     replies.append(("found", rows, store.unreadable_entries - before))
                 elif kind == "task":
-                    key, read = message[1], message[2].read
+                    key, read = message[1], reader_of(message[2])
                 elif kind == "flush":
                     replies.append(None)  # answered once this batch is committed
                 elif kind == "stop":
