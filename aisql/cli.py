@@ -417,6 +417,74 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
 
 
 @main.command()
+@click.argument("query_file", required=False)
+@click.option("-e", "-c", "--execute", "sql", metavar="SQL", help="SQL text instead of a QUERY_FILE (standard input is for the labels).")
+@click.option("--call", "call", metavar="ID", help="Which AI call to label (ai_1, ai_2, ... as explain numbers them); needed when the query has several.")
+@click.option("--labels", "labels_path", metavar="PATH", help="The labels file (CSV) to write and extend (default: the file the call's examples => (SELECT ... FROM 'FILE.csv') reads, else QUERY.labels.csv).")
+@click.option("--count", type=click.IntRange(min=1), metavar="N", help="Stop after N labels (default: until q, the end of input, or the rows run out).")
+@click.option("--pool", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Candidate rows: at most N of the call's distinct input rows, asked of the model once (cached: the query's run reuses the answers).")
+@click.option("--db", metavar="PATH", help="DuckDB database file (default: in-memory).")
+@click.option("--table", "tables", multiple=True, metavar="NAME=PATH", help="Register a CSV/Parquet/JSON file as a view (repeatable).")
+@click.option("--model", metavar="SPEC", help=MODEL_FORMS)
+@click.option("--cache", "cache_path", metavar="PATH", help="Result cache file (default: the one `aisql run` uses).")
+@click.option("--no-cache", is_flag=True, help="Keep the model's answers for this session only.")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@_handle_errors
+def label(query_file, sql, call, labels_path, count, pool, db, tables, model, cache_path, no_cache, debug):
+    """Label rows of QUERY_FILE's AI call, one at a time, into a CSV file its examples read.
+
+    Rows are chosen to teach the most: diverse ones first, then the ones the current rule is least
+    sure of. Each label is saved at once; after every label the rule the labels choose and its
+    cross-validated quality are shown. Answers come from the keyboard or a pipe: y/n (AI.IF), a
+    label or its number (AI.CLASSIFY), a number (AI.SCORE); s skips a row, q stops."""
+    from aisql.labelling import Labelling, run_loop
+
+    if query_file and sql:
+        raise AisqlError("give either a QUERY_FILE or -e SQL, not both")
+    if not query_file and not sql:
+        raise AisqlError("no query: give a QUERY_FILE or -e SQL", hint="e.g. aisql label examples/review_sentiment.sql")
+    if cache_path and no_cache:
+        raise AisqlError("give either --cache PATH or --no-cache, not both")
+    text, query_dir = _query_source(query_file, sql)
+    default = (query_dir / f"{Path(query_file).stem}.labels.csv") if query_file else Path("labels.csv")
+    con = _connect(db, tables, query_dir, model=model, cache=False if no_cache else (cache_path or True), read_only=bool(db))
+    added = 0
+    labelling = None
+    try:
+        labelling = Labelling(con, text, call=call, labels_path=labels_path, default_path=default, query_dir=query_dir, pool=pool)
+        before = len(labelling.labelled)
+        asked = labelling.ask_model()
+        stderr.print(
+            f"labelling {labelling.node.id} {_escape(labelling.node.call.describe())}: {len(labelling.candidates):,} candidate rows "
+            f"({asked:,} asked of the model now, the rest from the result cache); {before:,} labels in {_escape(str(labelling.path))} so far"
+        )
+
+        def read(prompt: str) -> str | None:
+            sys.stderr.write(prompt)
+            sys.stderr.flush()
+            line = sys.stdin.readline()
+            if not sys.stdin.isatty() and line:
+                sys.stderr.write(line if line.endswith("\n") else line + "\n")  # a piped answer shown where it was asked
+            return line.rstrip("\r\n") if line else None
+
+        added = run_loop(labelling, read, lambda line: stderr.print(_escape(line)), count)
+    except KeyboardInterrupt:
+        if labelling is not None:
+            stderr.print(f"[bold red]interrupted[/bold red]: {added:,} labels kept in {_escape(str(labelling.path))}")
+        sys.exit(130)
+    finally:
+        con.close()
+    total = len(labelling.labelled)
+    stderr.print(f"{added:,} labels added, {total:,} in {_escape(str(labelling.path))}")
+    if labelling.reads_file:
+        stderr.print(f"the query reads them: aisql run {_escape(query_file or '-e ...')}")
+    else:
+        columns = ", ".join(labelling.columns)
+        written = labelling.path if labelling.path.is_absolute() or query_dir is None else labelling.path.relative_to(query_dir) if labelling.path.is_relative_to(query_dir) else labelling.path
+        stderr.print(f"to use them, give {labelling.node.id} the argument: examples => (SELECT {_escape(columns)}, label FROM '{_escape(str(written))}')")
+
+
+@main.command()
 @click.option("--db", metavar="PATH", help="DuckDB database file (default: in-memory).")
 @click.option("--read-only", is_flag=True, help="Open --db read-only.")
 @click.option("--table", "tables", multiple=True, metavar="NAME=PATH", help="Register a CSV/Parquet/JSON file as a view (repeatable).")

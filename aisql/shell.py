@@ -198,8 +198,25 @@ def _read_and_run(con, run_one: Callable[[str], None], stream: TextIO, dialect: 
 
     failed = False
     splitter = StatementSplitter(dialect)
-    commands = DotCommands(con, printer)
     source = lines(stream, interactive)
+
+    def read_answer(prompt: str) -> str | None:
+        """One answer line for a dot-command that asks (.label): typed at a prompt of its own,
+        or the script's next line (shown after the prompt, as a terminal would)."""
+        nonlocal consumed
+        if interactive:
+            try:
+                return input(prompt)
+            except EOFError:
+                return None
+        answer = next(source, None)
+        if answer is None:
+            return None
+        consumed += 1
+        print(prompt + answer.rstrip("\n"), file=sys.stderr)
+        return answer.rstrip("\r\n")
+
+    commands = DotCommands(con, printer, read=read_answer)
     line = next(source, None)
     consumed = 0  # input lines read so far
     start = [1, 0]  # (line, column) in the script where the splitter's unfinished text begins
@@ -222,6 +239,7 @@ def _read_and_run(con, run_one: Callable[[str], None], stream: TextIO, dialect: 
         from aisql.stops import is_interrupt, kept_message
 
         try:
+            commands.last_statement = statement
             run_one(statement)
         except (KeyboardInterrupt, Exception) as err:
             if is_interrupt(err) and not interactive:

@@ -16,6 +16,7 @@ HELP = {
     ".tables [PATTERN]": "names of tables and views (LIKE-style PATTERN: % and _)",
     ".schema [PATTERN]": "CREATE statements of tables and views",
     ".mode [table|csv|json]": "how results print (no argument: the current mode)",
+    ".label [ai_N] [FILE]": "label rows of the last statement's AI call into a CSV file its examples can read (as `aisql label`)",
     ".quit, .exit": "leave the shell",
 }
 MODES = ("table", "csv", "json")
@@ -28,10 +29,12 @@ class Quit(Exception):
 class DotCommands:
     """Runs one dot-command against the shell's connection and printer."""
 
-    def __init__(self, con, printer=None, out: Callable[[str], None] | None = None) -> None:
+    def __init__(self, con, printer=None, out: Callable[[str], None] | None = None, read: Callable[[str], str | None] | None = None) -> None:
         self.con = con
         self.printer = printer
         self.out = out or (lambda text: print(text, file=sys.stdout))
+        self.read = read  # the next input line, for .label's answers (None: end of input)
+        self.last_statement: str | None = None  # the last statement run, for .label
 
     def run(self, line: str) -> None:
         words = line.strip().rstrip(";").split()
@@ -43,6 +46,7 @@ class DotCommands:
             ".tables": self._tables,
             ".schema": self._schema,
             ".mode": self._mode,
+            ".label": self._label,
         }.get(command)
         if handler is None:
             raise AisqlError(f"unknown command {command!r}", hint="`.help` lists the dot-commands: " + ", ".join(c.split()[0].rstrip(",") for c in HELP))
@@ -88,3 +92,21 @@ class DotCommands:
         if mode not in MODES:
             raise AisqlError(f"unknown mode {args[0]!r}", hint="modes: " + ", ".join(MODES))
         self.printer.fmt = mode
+
+    def _label(self, args: list[str]) -> None:
+        """`.label [ai_N] [FILE]`: `aisql label` over the last statement run, answers read from
+        the shell's own input (the keyboard, or the next lines of a piped script)."""
+        from aisql.labelling import Labelling, run_loop
+
+        if self.con is None or self.read is None:
+            raise AisqlError(".label needs the shell's connection and input")
+        if self.last_statement is None:
+            raise AisqlError(".label labels the last statement's AI call, and none has run yet", hint="run the query first, then .label")
+        call = next((a for a in args if a.lower().startswith("ai_")), None)
+        path = next((a for a in args if a is not call), None)
+        labelling = Labelling(self.con, self.last_statement, call=call, labels_path=path)
+        labelling.ask_model()
+        say = lambda text: print(text, file=sys.stderr)  # noqa: E731 - people's lines go to stderr
+        say(f"labelling {labelling.node.id}: {len(labelling.candidates):,} candidate rows; {len(labelling.labelled):,} labels in {labelling.path} so far (q ends)")
+        added = run_loop(labelling, self.read, say)
+        say(f"{added:,} labels added, {len(labelling.labelled):,} in {labelling.path}")
