@@ -319,6 +319,12 @@ def approximate_note(stats) -> str | None:
         if report["fallback_to_exact"]:
             parts.append(f"{node.node} evaluated exactly (approximate mode fell back: {report['fallback_to_exact']})")
             continue
+        if report.get("against") == "labels":  # join as classification, chosen against labelled pairs
+            parts.append(
+                f"REWRITTEN {node.node} under labels: {report['proxy_answered']:,} of {report['rows']:,} pairs answered by {report['proxy']}, "
+                f"{report['verdict']} (answers under labels, not the model's pairwise answers)"
+            )
+            continue
         if report.get("guarantee") is False:  # join as classification: its own answers, checked, not bounded
             check = report["check"]
             parts.append(

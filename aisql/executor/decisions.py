@@ -104,9 +104,19 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+@dataclasses.dataclass(frozen=True)
+class Examples:
+    """A call's labelled examples as its rule was chosen from them: what an AI join's strategies
+    are judged against (aisql.executor.join_answers)."""
+
+    tuples: list[tuple[str, ...]]  # the prompt's arguments, as text
+    labels: list
+    held_out: list  # the chosen rule's answers to them, each held out of its fit
+
+
 def example_rule(
     con: duckdb.DuckDBPyConnection, call: AICall, task: Task, ask: AskTexts, *, reads_states: bool = False
-) -> tuple[Decision | None, dict]:
+) -> tuple[Decision | None, dict, Examples]:
     """The rule the call's examples support, and the report of it. `reads_states`: the engine
     returns hidden states, so the examples' states are asked for (a probe may be fitted on them)
     and the rule keeps every prompt's state (Decision.keep_states) — other examples later ask the
@@ -117,14 +127,17 @@ def example_rule(
     answers = ask(dataclasses.replace(task, decision=fitting), list(dict.fromkeys(texts)))
     rows = [answers[t].logprobs for t in texts]
     states = [answers[t].state for t in texts] if reads_states else None
+    from aisql.functions import learning
+
     try:
-        rule, report = call.function.learn(task, rows, labels, states)
+        choice = learning.choose(call.function, task, rows, labels, states)
     except ValueError as err:
         raise ExamplesError(f"examples: {err}", hint="give labelled rows of every answer the model should tell apart") from None
+    rule, report = choice.rule, choice.report
     report["per_label"] = _per_label(labels)
     if reads_states:  # every prompt of the call keeps its state, whichever rule answers
         rule = dataclasses.replace(rule or Decision("examples"), keep_states=True)
-    return rule, report
+    return rule, report, Examples(tuples, labels, choice.held_out)
 
 
 def explain_examples(con: duckdb.DuckDBPyConnection, call: AICall, task: Task, lookup: Callable[[Task, list[str]], dict[str, Answer]], *, reads_states: bool) -> dict:
@@ -139,7 +152,7 @@ def explain_examples(con: duckdb.DuckDBPyConnection, call: AICall, task: Task, l
     missing = len(set(texts) - set(found))
     if missing:
         return {"examples": len(texts), "per_label": _per_label(labels), "missing": missing}
-    _, report = example_rule(con, call, task, lambda _task, _texts: found, reads_states=reads_states)
+    _, report, _ = example_rule(con, call, task, lambda _task, _texts: found, reads_states=reads_states)
     return report
 
 

@@ -26,6 +26,7 @@ class JoinAnswers:
     def __init__(self, runtime: NodeRuntime) -> None:
         self.rt = runtime
         self._listing = None  # (AI.CLASSIFY task, one prompt per row): built once, read by the checks and the pass
+        self.labels_note: str | None = None  # why labelled pairs did not judge the strategies
 
     def listing(self, pairs):
         """Join as classification's task (the candidates as categories) and its prompt per row."""
@@ -131,6 +132,10 @@ class JoinAnswers:
         from aisql.executor.cascade import CascadeReport
         from aisql.executor.score_first import agreement
 
+        if self.rt.examples is not None:
+            judged = self._judged_by_labels(pairs, why)
+            if judged is not None:
+                return self._answer_under_labels(prompts, pairs, judged, targets)
         rewrite: dict = {}
         report = CascadeReport(targets, rows=pairs.pairs)
         rows = join_rewrite.check_rows(pairs, targets)
@@ -171,7 +176,99 @@ class JoinAnswers:
             check={"rows": len(rows), **dataclasses.asdict(result)}, guarantee=False, **rewrite,
         )
         self.rt.stats.approximate = report.to_dict()
-        self.rt.stats.join = {"strategy": "classify", "why": why}
+        self.rt.stats.join = {"strategy": "classify", "why": why, **({"labels": self.labels_note} if self.labels_note else {})}
+
+    # ---- under labels: the strategies judged against labelled pairs --------------------------------
+    def _judged_by_labels(self, pairs, why: str) -> dict | None:
+        """Join as classification and the exact plan judged on the call's labelled pairs (its
+        examples): the classification's answers to them (its pass over their rows) and the exact
+        plan's (the examples' rule, each pair held out of its fit), F1 against the labels with
+        95% intervals. None where too few labelled pairs fall in the join's candidates (the
+        check against the model's answers then decides, as without labels)."""
+        from aisql.functions import probe
+        from aisql.functions.decision import f1
+
+        examples = self.rt.examples
+        candidate_index = {c: i for i, c in enumerate(pairs.candidates)}
+        usable = []  # (row values, candidate index, label, the exact plan's held-out answer)
+        for values, label, held in zip(examples.tuples, examples.labels, examples.held_out):
+            candidate = tuple(values[i] for i in pairs.candidate_args)
+            if candidate in candidate_index:
+                usable.append((tuple(values[i] for i in pairs.row_args), candidate_index[candidate], bool(label), bool(held)))
+        positives = sum(1 for u in usable if u[2])
+        if positives < join_rewrite.MIN_LABELLED_POSITIVES or positives == len(usable):
+            self.labels_note = (
+                f"{len(usable)} labelled pairs with {positives} matches among the join's candidates: too few to judge the strategies by "
+                f"(at least {join_rewrite.MIN_LABELLED_POSITIVES} matches and one non-match); checked against the model instead"
+            )
+            return None
+        scores = self._label_row_scores(pairs, sorted({u[0] for u in usable}))
+        picked = [bool(scores[u[0]][u[1]] > 1.0 / len(pairs.candidates)) for u in usable]
+        truth = [u[2] for u in usable]
+        exact = [u[3] for u in usable]
+        judged = {}
+        for name, answers in (("classify", picked), ("exact", exact)):
+            low, high = probe.interval(answers, truth, f1)
+            judged[name] = {"f1": round(f1(answers, truth), 4), "low": round(low, 4), "high": round(high, 4)}
+        judged["strategy"] = "classify" if judged["classify"]["f1"] >= judged["exact"]["f1"] else "exact"
+        judged.update(labelled_pairs=len(usable), labelled_matches=positives, why=why)
+        return judged
+
+    def _label_row_scores(self, pairs, rows: list[tuple]) -> dict[tuple, np.ndarray]:
+        """P(candidate | row) for labelled rows, by the classification pass's task (rows of the
+        join read it from the pass over the join; labelled rows outside it get their own prompt)."""
+        task, _ = self.listing(pairs)
+        arity = len(pairs.row_args) + len(pairs.candidate_args)
+        texts = {}
+        for row in rows:
+            values = [join_rewrite.CANDIDATE_MARK] * arity
+            for i, value in zip(pairs.row_args, row):
+                values[i] = value
+            texts[row] = self.rt.call.template.render(values)
+        known, counts = self.rt.answering.answer_texts(
+            dict.fromkeys(texts.values(), 1), task, seen=set(), progress=(f"{self.rt.node.id}-classify", f"{self.rt.call.describe()} [labelled rows]")
+        )
+        self.rt.stats.add_engine(counts.work)
+        self.rt.stats.logical_tokens += counts.logical_tokens
+        return {row: join_rewrite.softmax_rows(np.asarray([known[text].logprobs], dtype=float))[0] for row, text in texts.items()}
+
+    def _answer_under_labels(self, prompts: PromptSet, pairs, judged: dict, targets) -> None:
+        """The strategy that did better on the labelled pairs answers the join: join as
+        classification (every pair by its row's classification, no check against the model —
+        the labels were its check) or the exact plan (every pair asked, under the examples' rule)."""
+        from aisql.executor.cascade import CascadeReport
+
+        rewrite: dict = {}
+        verdict = (
+            f"chosen against {judged['labelled_pairs']} labelled pairs ({judged['labelled_matches']} matches): F1 join as classification "
+            f"{_interval(judged['classify'])}, exact plan {_interval(judged['exact'])}"
+        )
+        strategy = judged["strategy"]
+        try:
+            if strategy == "classify":
+                scores = self._classification_scores(pairs, rewrite)
+                picked = join_rewrite.above_uniform_matches(pairs, scores)
+                answers = {text: bool(p) for text, p in zip(pairs.texts, picked)}
+            else:
+                answers = self.rt._oracle(prompts)(list(pairs.texts))
+        except AisqlError as err:
+            raise self.rt._located(err) from None
+        for values, text in prompts.text_of.items():
+            self.rt.values[values] = answers[text]
+        self.rt.stats.join = {"strategy": strategy, "why": judged["why"], "against": "labels", "verdict": verdict, **judged}
+        report = CascadeReport(targets, rows=pairs.pairs)
+        if strategy == "classify":
+            report.proxy_true = sum(answers.values())
+            report.proxy_false = len(answers) - report.proxy_true
+            report.thresholds = (float("nan"), float("nan"))
+            report.extra.update(
+                proxy=f"join as classification: {len(pairs.rows):,} prompts list the {len(pairs.candidates)} candidates",
+                join_strategy="classify", join_rows=len(pairs.rows), join_candidates=len(pairs.candidates), guarantee=False, against="labels",
+                verdict=verdict, **rewrite,
+            )
+            self.rt.stats.approximate = report.to_dict()
+        else:
+            self.rt.stats.strategy = "join-exact"
 
     def _classification_scores(self, pairs, rewrite: dict) -> np.ndarray:
         """Join as classification's pass: one AI.CLASSIFY prompt per row, every candidate scored;
@@ -191,3 +288,7 @@ class JoinAnswers:
 
 def _shown(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
+
+
+def _interval(figure: dict) -> str:
+    return f"{figure['f1']:.2f} [{figure['low']:.2f}, {figure['high']:.2f}]"

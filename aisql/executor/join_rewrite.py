@@ -52,6 +52,9 @@ CHECK_SHARE = 0.05
 EMBED_TEMPERATURE = 0.05  # cosines of the project's embedding model span ~0-0.7: sharp enough to rank a row's candidates
 BLOCK_ROWS = 4096  # rows per block of the cosine product (4096 x m floats at a time)
 JOIN_SAMPLING = "importance"  # a join's sampling under 'auto'
+# Labelled pairs (a join's examples) judge the strategies where they hold at least this many
+# matches among the join's candidates; fewer: the check against the model's answers decides.
+MIN_LABELLED_POSITIVES = 4
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ class NodeRuntime:
         # node's rule is fitted on them after its prefetch (aisql.executor.decisions).
         self._batch: dict[str, Any] | None = None
         self._values_array: pa.Array | None = None  # index.values as Arrow (lookup_hashed)
+        self.examples: decisions.Examples | None = None  # its labelled examples, once its rule is chosen from them
         self.stats = NodeStats(node=node.id, function=node.call.describe(), strategy=node.strategy.value)
         if self.call.function.decides:
             self.stats.labels = list(self.task.labels)
@@ -78,7 +79,7 @@ class NodeRuntime:
             if source == "batch" and self.options.targets_for(self.call) is not None:
                 raise AisqlError("calibration 'batch' cannot be combined with approximate mode", hint="use 'content_free' or examples")
             if source == "examples":
-                rule, report = decisions.example_rule(con, self.call, self.task, ask, reads_states=self.answering.reads_states())
+                rule, report, self.examples = decisions.example_rule(con, self.call, self.task, ask, reads_states=self.answering.reads_states())
             elif source == "content_free":
                 rule, report = decisions.content_free_rule(self.call, self.task, ask)
             elif naive:

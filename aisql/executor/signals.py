@@ -48,6 +48,9 @@ def quality_lines(stats: RunStats | Iterable[NodeStats]) -> list[QualityLine]:
     lines: list[QualityLine] = []
     for node in nodes:
         lines += _decision_lines(node)
+        if node.join and node.join.get("against") == "labels":
+            strategy = "join as classification" if node.join["strategy"] == "classify" else "the exact plan (every pair asked)"
+            lines.append(QualityLine(node.node, f"{node.node}: {strategy} {node.join['verdict']}", False))
         if node.answers_scored:
             lines += _yes_no_lines(node)
         elif node.value_counts:

@@ -132,6 +132,14 @@ def balanced_accuracy(predicted: Sequence, truth: Sequence) -> float:
     return math.fsum(recalls) / len(recalls)
 
 
+def f1(predicted: Sequence[bool], truth: Sequence[bool]) -> float:
+    """F1 of the positive class (0 where nothing is predicted or true)."""
+    tp = sum(1 for p, t in zip(predicted, truth) if p and t)
+    fp = sum(1 for p, t in zip(predicted, truth) if p and not t)
+    fn = sum(1 for p, t in zip(predicted, truth) if t and not p)
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
 def fit_bias(rows: Sequence[Sequence[float]], truth: Sequence[int], l2: float = 0.05, steps: int = 50) -> tuple[float, ...]:
     """Per-label offsets by logistic regression with only a bias per label (the model's own
     log-probabilities as the fixed input, every class weighing the same, a little L2 toward no

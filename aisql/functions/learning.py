@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from aisql.functions import decision, probe
@@ -40,8 +41,25 @@ LABEL_RULE = "rule on the label probabilities"
 PROBE = "probe on the hidden states"
 
 
+@dataclass(frozen=True)
+class Choice:
+    """What labelled examples chose: the rule (None: the model's own answers), the report, and
+    the chosen rule's answers to the examples held out (what its quality was estimated from:
+    a join compares its strategies on them)."""
+
+    rule: Decision | None
+    report: dict
+    held_out: list
+
+
 def learn(function: "AIFunction", task: "Task", rows: Sequence[Sequence[float]], labels: Sequence[Any], states: Sequence[bytes | None] | None) -> tuple[Decision | None, dict]:
     """The rule labelled examples support (None: the model's own answers) and its report."""
+    choice = choose(function, task, rows, labels, states)
+    return choice.rule, choice.report
+
+
+def choose(function: "AIFunction", task: "Task", rows: Sequence[Sequence[float]], labels: Sequence[Any], states: Sequence[bytes | None] | None) -> Choice:
+    """`learn`, with the chosen rule's held-out answers to the examples."""
     plain = dataclasses.replace(task, decision=None)
     own = [function.value_from_scores(plain, r) for r in rows]
 
@@ -60,7 +78,7 @@ def learn(function: "AIFunction", task: "Task", rows: Sequence[Sequence[float]],
     own_rule = "the likeliest label" if function.probe_kind != probe.NUMBER else "the expected score"
     candidates = [_candidate(OWN, f"{own_rule} (the model's own answers)", own, labels, quality)]
     candidates.append(_candidate(LABEL_RULE, fitted.describe(), loo, labels, quality, "held out one at a time"))
-    chosen, chosen_name, best = (fitted, LABEL_RULE, held) if kept else (None, OWN, baseline)
+    chosen, chosen_name, best, answers = (fitted, LABEL_RULE, held, loo) if kept else (None, OWN, baseline, own)
 
     why_not = _probe_unavailable(function, task, labels, states)
     if why_not is None:
@@ -73,7 +91,7 @@ def learn(function: "AIFunction", task: "Task", rows: Sequence[Sequence[float]],
         fitted_probe = probe.fit(x, targets, kind)
         candidates.append(_candidate(PROBE, fitted_probe.describe(), predicted, labels, quality, f"{len(probe.folds(targets, kind))}-fold cross-validated"))
         if probe_quality >= best + margin:
-            chosen, chosen_name, best = Decision("examples", probe=fitted_probe), PROBE, probe_quality
+            chosen, chosen_name, best, answers = Decision("examples", probe=fitted_probe), PROBE, probe_quality, predicted
     report = {
         "examples": len(rows),
         "rule": chosen.describe() if chosen is not None else own_rule,
@@ -86,7 +104,7 @@ def learn(function: "AIFunction", task: "Task", rows: Sequence[Sequence[float]],
     }
     if why_not is not None:
         report["probe"] = why_not
-    return chosen, report
+    return Choice(chosen, report, answers)
 
 
 def margin_unit(function: "AIFunction", task: "Task") -> float:
