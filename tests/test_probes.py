@@ -43,11 +43,17 @@ def test_states_are_float16_bytes_clipped_and_checked():
 
 def test_the_cache_keeps_the_state_and_refuses_a_damaged_one(tmp_path):
     answer = Answer(True, 12, score=0.7, p_yes=0.7, logprobs=(math.log(0.7), math.log(0.3)), state=pack_state(range(8)))
-    assert _decode(_encode(answer)) == answer
-    assert _decode(_encode(answer).replace('"h": "', '"h": "!')) is None  # not base64: unreadable, asked again
-    store = SqliteAnswerStore(tmp_path / "a.sqlite")
+    assert _decode(_encode(answer), answer.state) == answer and "state" not in _encode(answer)  # the entry is JSON; the state its own column
+    said = []
+    store = SqliteAnswerStore(tmp_path / "a.sqlite", warn=said.append)
+    store.put_many("k", {"t": answer, "plain": Answer(False, 3, logprobs=(math.log(0.2), math.log(0.8)))})
+    found = store.get_many("k", ["t", "plain"])
+    assert found["t"].state == answer.state and found["plain"].state is None
+    store._db.execute("UPDATE states SET state = x'007c'")  # float16 inf: not a state aisql writes
+    assert store.get_many("k", ["t"]) == {} and said and "could not be read" in said[0]  # asked again, and replaced
     store.put_many("k", {"t": answer})
     assert store.get_many("k", ["t"])["t"].state == answer.state
+    assert store.clear() == 2 and store._db.execute("SELECT count(*) FROM states").fetchall() == [(0,)]
 
 
 def test_a_probe_needs_the_state_and_the_examples_need_theirs():
@@ -204,8 +210,8 @@ def test_ctrl_c_with_examples_keeps_every_answer_and_state_paid_for(tiny_engine,
     first.close()
     assert kept > 16
     store = SqliteAnswerStore(cache)
-    stored = [row[0] for row in store._db.execute("SELECT value FROM answers")]
-    assert len(stored) == kept and all('"h": ' in value for value in stored)  # every answer kept with its state
+    answers, states = (store._db.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] for table in ("answers", "states"))
+    assert answers == states == kept  # every answer kept with its state
     store.close()
     again = Connection(engine=tiny_engine, cache=str(cache))
     load_example_tables(again)

@@ -185,9 +185,6 @@ class JoinAnswers:
         plan's (the examples' rule, each pair held out of its fit), F1 against the labels with
         95% intervals. None where too few labelled pairs fall in the join's candidates (the
         check against the model's answers then decides, as without labels)."""
-        from aisql.functions import probe
-        from aisql.functions.decision import f1
-
         examples = self.rt.examples
         candidate_index = {c: i for i, c in enumerate(pairs.candidates)}
         usable = []  # (row values, candidate index, label, the exact plan's held-out answer)
@@ -204,13 +201,7 @@ class JoinAnswers:
             return None
         scores = self._label_row_scores(pairs, sorted({u[0] for u in usable}))
         picked = [bool(scores[u[0]][u[1]] > 1.0 / len(pairs.candidates)) for u in usable]
-        truth = [u[2] for u in usable]
-        exact = [u[3] for u in usable]
-        judged = {}
-        for name, answers in (("classify", picked), ("exact", exact)):
-            low, high = probe.interval(answers, truth, f1)
-            judged[name] = {"f1": round(f1(answers, truth), 4), "low": round(low, 4), "high": round(high, 4)}
-        judged["strategy"] = "classify" if judged["classify"]["f1"] >= judged["exact"]["f1"] else "exact"
+        judged = join_rewrite.judge_by_labels(picked, [u[3] for u in usable], [u[2] for u in usable])
         judged.update(labelled_pairs=len(usable), labelled_matches=positives, why=why)
         return judged
 

@@ -211,6 +211,22 @@ def above_uniform_matches(pairs: JoinPairs, scores: np.ndarray) -> np.ndarray:
     return np.asarray(scores) > 1.0 / len(pairs.candidates)
 
 
+def judge_by_labels(classified: Sequence[bool], exact: Sequence[bool], truth: Sequence[bool]) -> dict:
+    """Join as classification against the exact plan on labelled pairs: each one's F1 against
+    the labels with a 95% bootstrap interval, and the strategy that answers — the classification
+    (far cheaper: a prompt per row, not per pair) unless the exact plan's F1 is higher.
+    `exact`: the exact plan's answers under the examples' rule, each pair held out of its fit."""
+    from aisql.functions import probe
+    from aisql.functions.decision import f1
+
+    judged: dict = {}
+    for name, answers in (("classify", classified), ("exact", exact)):
+        low, high = probe.interval(list(answers), list(truth), f1)
+        judged[name] = {"f1": round(f1(answers, truth), 4), "low": round(low, 4), "high": round(high, 4)}
+    judged["strategy"] = "classify" if judged["classify"]["f1"] >= judged["exact"]["f1"] else "exact"
+    return judged
+
+
 def check_rows(pairs: JoinPairs, targets: Targets) -> list[int]:
     """The quality check's rows (indices into pairs.rows): a seeded uniform sample of the rows,
     `sample` of them where the call says, else max(CHECK_ROWS, CHECK_SHARE of the rows). Whole
