@@ -166,6 +166,24 @@ def sembench_genre(per_genre: int = 60, seed: int = 0) -> LabelledTask:
     return LabelledTask("sembench_genre", "CLASSIFY", template, table, [genre_of[r["id"]] for r in chosen], list(REVIEW_GENRES))
 
 
+def sembench_film(films: int = 12, per_film: int = 20, seed: int = 0) -> LabelledTask:
+    """AI.CLASSIFY with many classes: which of the 12 most-reviewed films a SemBench review is
+    about, from the review alone (20 reviews each, a seeded sample); the label is the review's film."""
+    with open(DATA / "sembench_movie" / "Movies.csv", newline="", encoding="utf-8") as f:
+        title_of = {m["id"]: m["title"] for m in csv.DictReader(f)}
+    reviews = [r for r in sembench_reviews() if r["reviewText"]]
+    counts: dict[str, int] = {}
+    for r in reviews:
+        counts[r["id"]] = counts.get(r["id"], 0) + 1
+    top = sorted(counts, key=lambda k: (-counts[k], k))[:films]
+    chosen = []
+    for film in top:
+        chosen += seeded_rows([r for r in reviews if r["id"] == film], per_film, seed)
+    table = pa.table({"id": [r["reviewId"] for r in chosen], "reviewText": [r["reviewText"] for r in chosen]})
+    template = "Which movie is this review about? Review: {reviewText}"
+    return LabelledTask("sembench_film", "CLASSIFY", template, table, [title_of[r["id"]] for r in chosen], [title_of[k] for k in top])
+
+
 def products_rating() -> LabelledTask:
     """AI.SCORE over GGR's products: the stars (1-5) a reviewer gave, from the review's title and
     text (the rating itself left out of the prompt); the label is the rating."""
@@ -182,6 +200,7 @@ def tasks(rows: int | None) -> dict[str, callable]:
     out.update({name: (lambda name=name: ggr_task(name)) for name in GGR})
     out.update({"movies_genre": movies_genre, "sembench_rating": lambda: sembench_rating(rows), "products_rating": products_rating})
     out["sembench_genre"] = sembench_genre
+    out["sembench_film"] = sembench_film
     return out
 
 

@@ -51,14 +51,14 @@ from aisql.functions import by_name, decision, learning, probe  # noqa: E402
 RESULTS = HERE / "results"
 MODELS = ("smollm2", "qwen-0.5b", "qwen-1.5b")
 IF_TASKS = ("beer", "pdmx", "sembench", "movies", "posts")
-CLASSIFY_TASKS = ("sembench_rating", "sembench_genre", "movies_genre", "products")
+CLASSIFY_TASKS = ("sembench_rating", "sembench_genre", "sembench_film", "movies_genre", "products")
 SCORE_TASKS = ("sembench_score", "products_rating")
 SIZES = (8, 16, 32, 64)  # AI.IF and AI.SCORE: examples in all
 PER_CLASS = (2, 4, 8)  # AI.CLASSIFY: examples per class
 # A size is measured only where every class keeps this many scored prompts: AI.IF 10; AI.CLASSIFY
 # 2, so GGR products (4 NEUTRAL rows) is measured at 2 per class and the small GGR genre task at 4.
 MIN_SCORED_PER_CLASS = {"IF": 10, "CLASSIFY": 2}
-MARGINS = (0.0, 0.1, 0.2, 0.3, 0.5)
+MARGINS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.8)
 ANCHORS = ("gpt4o", "llama3-8b")
 
 
@@ -119,6 +119,8 @@ def draws(data: TaskData, size: int, seed: int) -> tuple[list[int], list[int]] |
         if n - size < 30:
             return None
         chosen = sorted(rng.choice(n, size, replace=False).tolist())
+        while len({data.labels[i] for i in chosen}) < 2:  # a scale needs two values (skewed GGR stars: 78% are 5)
+            chosen = sorted(rng.choice(n, size, replace=False).tolist())
     else:
         per_class = size // 2 if data.function == "IF" else size
         chosen = []
@@ -272,13 +274,11 @@ def run_draw(data: TaskData, examples: list[int], scored: list[int], classes: li
     predictions["tfidf"] = [
         function.value_from_probe(plain, p) for p in tfidf_predict([data.texts[i] for i in examples], targets, [data.texts[i] for i in scored], kind)
     ]
-    # the choice at other margins, from the same report (the probe against the better label-probability candidate)
-    quality = {c["name"]: c["quality"] for c in report["candidates"]}
-    if learning.PROBE in quality:
-        base = max(quality[learning.OWN], quality[learning.LABEL_RULE])
-        unit = learning.margin_unit(function, plain)
+    # the choice at other margins, from the same evidence (aisql.functions.learning: the probe's gain over the label-probability rule)
+    evidence = report.get("probe_evidence")
+    if evidence is not None:
         for m in MARGINS:
-            take = quality[learning.PROBE] >= base + m * unit / math.sqrt(len(examples))
+            take = evidence["gain"] >= m / math.sqrt(len(examples))
             predictions[f"margin={m}"] = predictions["probe"] if take else predictions["issue41"]
     for anchor, answers in data.anchors.items():
         predictions[f"anchor:{anchor}"] = [answers[i] for i in scored]  # bool (IF) or the label, as collected

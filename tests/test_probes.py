@@ -126,10 +126,11 @@ def test_classify_and_score_probes():
     from aisql.functions.ai_score import ScoreOptions
 
     score_task = score.task(ScoreOptions((1, 5)))
-    values = [1.0 + 4.0 * (i % 5) / 4 for i in range(30)]
-    y = rng.normal(size=(30, 16)).astype(np.float32)
+    values = [1.0 + 4.0 * (i % 5) / 4 for i in range(40)]
+    y = rng.normal(size=(40, 16)).astype(np.float32)
     y[:, 0] = np.array(values) * 2.0
-    middle = [tuple(math.log(0.2) for _ in range(5))] * 30
+    middle = [tuple(math.log(0.2) for _ in range(5))] * 40
+    assert score.learn(score_task, middle[:31], values[:31], [pack_state(v) for v in y[:31]])[1]["probe"] == "a probe on a score needs 32 examples"
     rule, report = score.learn(score_task, middle, values, [pack_state(v) for v in y])
     assert rule.probe is not None and rule.probe.kind == probe.NUMBER
     scored = score_task.__class__(**{**score_task.__dict__, "decision": rule})

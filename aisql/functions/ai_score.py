@@ -191,6 +191,16 @@ class AiScore(AIFunction):
         low, high = int(task.labels[0]), int(task.labels[-1])
         return min(max(float(prediction), float(low)), float(high))
 
+    def choice_quality(self, predicted: Sequence[float], labels: Sequence[float]) -> float:
+        """Rules are chosen by how they rank the examples (Spearman's rho; 0 where either side
+        is constant): the map on the expectation keeps the model's ranking, so error on the
+        scale cannot tell a probe that ranks better from a constant near the examples' mean."""
+        return decision.spearman(predicted, labels)
+
+    @property
+    def choice_name(self) -> str:
+        return "Spearman"
+
     def example_quality(self, predicted: Sequence[float], labels: Sequence[float]) -> float:
         return -math.fsum(abs(p - t) for p, t in zip(predicted, labels)) / len(labels)
 

@@ -336,6 +336,15 @@ class AIFunction:
 
     quality_name: ClassVar[str] = "balanced accuracy"
 
+    def choice_quality(self, predicted: Sequence[Any], labels: Sequence[Any]) -> float:
+        """How labelled examples' rules are compared and reported (aisql.functions.learning):
+        `example_quality`, unless a function ranks by another (AI.SCORE: Spearman)."""
+        return self.example_quality(predicted, labels)
+
+    @property
+    def choice_name(self) -> str:
+        return self.quality_name
+
     def learn(
         self, task: Task, rows: Sequence[Sequence[float]], labels: Sequence[Any], states: Sequence[bytes | None] | None = None
     ) -> tuple[Decision | None, dict]:

@@ -132,6 +132,19 @@ def balanced_accuracy(predicted: Sequence, truth: Sequence) -> float:
     return math.fsum(recalls) / len(recalls)
 
 
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation (ties: average ranks); 0 where either side is constant."""
+    import numpy as np
+    from scipy.stats import rankdata
+
+    if len(x) < 2:
+        return 0.0
+    a, b = rankdata(np.asarray(x, dtype=float)), rankdata(np.asarray(y, dtype=float))
+    if a.std() == 0 or b.std() == 0:
+        return 0.0
+    return float(np.corrcoef(a, b)[0, 1])
+
+
 def f1(predicted: Sequence[bool], truth: Sequence[bool]) -> float:
     """F1 of the positive class (0 where nothing is predicted or true)."""
     tp = sum(1 for p, t in zip(predicted, truth) if p and t)
@@ -169,6 +182,27 @@ def fit_bias(rows: Sequence[Sequence[float]], truth: Sequence[int], l2: float = 
             break
     b -= b.mean()
     return tuple(float(v) for v in b)
+
+
+def bias_probabilities(rows: Sequence[Sequence[float]], offsets: Sequence[float]):
+    """Each label's probability under fitted offsets (`fit_bias`): the model's own, renormalised
+    over the labels and shifted ([rows, labels])."""
+    import numpy as np
+
+    x = np.log(np.clip(np.array([normalized(r) for r in rows]), 1e-300, 1.0)) + np.asarray(offsets)
+    x -= x.max(axis=1, keepdims=True)
+    p = np.exp(x)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def balanced_log_loss(probabilities, truth: Sequence[int]) -> float:
+    """Mean over the classes present of the mean -log P(true label) (each at least 1e-6): a
+    proper score, far less noisy than accuracy on a few examples, every class weighing the same."""
+    import numpy as np
+
+    truth = np.asarray(truth)
+    p = np.clip(np.asarray(probabilities)[np.arange(len(truth)), truth], 1e-6, 1.0)
+    return float(np.mean([-np.log(p[truth == c]).mean() for c in np.unique(truth)]))
 
 
 def fit_monotone(x: Sequence[float], y: Sequence[float]) -> tuple[tuple[float, float], ...]:

@@ -66,6 +66,21 @@ class Probe:
             return [self.classes[1] if v > 0 else self.classes[0] for v in scores[:, 0]]
         return [self.classes[i] for i in np.argmax(scores, axis=1)]
 
+    def probabilities(self, states: np.ndarray, labels: int) -> np.ndarray:
+        """CLASSES: each label's probability per state ([rows, labels]; a label the probe never
+        saw an example of gets none)."""
+        scores = states.astype(np.float64) @ self.matrix().T + np.asarray(self.intercepts)
+        if scores.shape[1] == 1:
+            positive = 1.0 / (1.0 + np.exp(-np.clip(scores[:, 0], -700, 700)))
+            seen = np.stack([1.0 - positive, positive], axis=1)
+        else:
+            scores = scores - scores.max(axis=1, keepdims=True)
+            seen = np.exp(scores)
+            seen /= seen.sum(axis=1, keepdims=True)
+        out = np.zeros((len(states), labels))
+        out[:, list(self.classes)] = seen
+        return out
+
     def predict_one(self, state: bytes):
         """The prediction for one stored state (ValueError: a state of another width)."""
         vector = unpack_states([state])
@@ -105,11 +120,11 @@ def fit(states: np.ndarray, targets: Sequence, kind: str) -> Probe:
     return Probe(kind, np.ascontiguousarray(raw, dtype=np.float64).tobytes(), tuple(float(b) for b in bias), classes, x.shape[1], len(x))
 
 
-def folds(targets: Sequence, kind: str) -> list[np.ndarray]:
+def folds(targets: Sequence, kind: str, seed: int = SEED) -> list[np.ndarray]:
     """Test indexes of each cross-validation fold: stratified for classes (each fold holds every
     class where it can), by rank for numbers; seeded."""
     n = len(targets)
-    rng = np.random.default_rng(SEED)
+    rng = np.random.default_rng(seed)
     if kind == NUMBER:
         order = np.argsort(np.asarray(targets, dtype=np.float64), kind="stable")
         k = max(2, min(FOLDS, n // 2))
