@@ -463,8 +463,8 @@ def label(query_file, sql, call, labels_path, count, pool, db, tables, model, ca
             sys.stderr.write(prompt)
             sys.stderr.flush()
             line = sys.stdin.readline()
-            if not sys.stdin.isatty() and line:
-                sys.stderr.write(line if line.endswith("\n") else line + "\n")  # a piped answer shown where it was asked
+            if not sys.stdin.isatty():
+                sys.stderr.write(line if line.endswith("\n") else line + "\n")  # a piped answer shown where it was asked (none: the input ended)
             return line.rstrip("\r\n") if line else None
 
         added = run_loop(labelling, read, lambda line: stderr.print(_escape(line)), count)
