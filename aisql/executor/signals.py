@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from aisql.executor.run_stats import NodeStats, RunStats
+from aisql.functions.learning import PROBE
 
 # AI.IF: a node of at least SIGNAL_MIN distinct prompts is said to carry little signal when any
 # of these hold. Measured on 15 labelled task x model pairs (RESULTS.md §27): together they fire on
@@ -190,6 +191,9 @@ def examples_line(report: dict) -> str:
         f"answers under labels from {report['examples']} labelled examples ({per_label}): {chosen['rule']} — "
         f"{metric} {_estimate(chosen, negate)} ({chosen['how']}); beside it: {others}"
     )
+    evidence = report.get("probe_evidence")
+    if evidence is not None and chosen["name"] == PROBE and evidence["measure"].startswith("balanced log-loss"):
+        text += f"; the probe's balanced log-loss on the examples is {evidence['gain']:.2f} below the offsets' (taken above {evidence['margin']:.2f})"
     if report.get("probe"):
         text += f"; no probe: {report['probe']}"
     return text

@@ -37,9 +37,9 @@ from aisql.functions.hidden_states import unpack_states
 if TYPE_CHECKING:
     from aisql.functions.base import AIFunction, Task
 
-# The probe's margin over the better label-probability candidate: MARGIN / sqrt(examples) in the
-# function's choice quality (balanced accuracy; AI.SCORE: Spearman's rho). Measured
-# (benchmarks/probes.py): see RESULTS.md §34.
+# The probe's margin: MARGIN / sqrt(examples) of balanced log-loss (AI.IF, AI.CLASSIFY: nats per
+# example, the probe against the fitted offsets) or of Spearman's rho (AI.SCORE). Chosen on
+# SmolLM2's and Qwen2.5-0.5B's tasks among 0-0.8 (benchmarks/probes.py, RESULTS.md §34).
 MARGIN = 0.3
 REPEATS = 5  # cross-validations behind the log-loss comparison (seeded)
 MIN_PER_CLASS = 2  # a probe needs this many examples of each class (a cross-validation fold each)
