@@ -40,8 +40,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-import aisql  # noqa: E402
-from common import model_argument  # noqa: E402
+from common import model_argument
+
+import aisql
 
 DATA = HERE.parents[1] / "shared" / "data"
 
@@ -241,8 +242,8 @@ def main() -> None:
                 example_clause = f", examples => (SELECT \"{spec['columns'][0]}\", \"{spec['columns'][1]}\", label FROM labelled_pairs)"
                 _, runs[strategy] = timed_run(con, join_sql(spec, options + example_clause))
                 cons[strategy] = con
-            restore_judge()
                 print(name, strategy, json.dumps(runs[strategy]), flush=True)
+            restore_judge()
             task = {"runs": runs, **simulate(cons["exact"], cons["classify"], spec, rows, args.seeds, args.labelled_rows)}
             cost = {"exact": runs["exact"]["computed_tokens"], "classify": runs["classify"]["computed_tokens"]}
             task["computed_tokens"] = {**cost, "chosen_mean": round(sum(cost[k] * n for k, n in task["chosen"].items()) / args.seeds)}

@@ -46,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from aisql.functions import by_name, decision, learning, probe  # noqa: E402
+from aisql.functions import by_name, decision, learning, probe
 
 RESULTS = HERE / "results"
 MODELS = ("smollm2", "qwen-0.5b", "qwen-1.5b")
@@ -319,8 +319,60 @@ def main_metric(function: str) -> str:
     return {"IF": "bacc", "CLASSIFY": "macro_f1", "SCORE": "spearman"}[function]
 
 
+# ---- tables and the acceptance figures --------------------------------------------------------------
+def _cell(figures: dict, rule: str, metric: str) -> str:
+    entry = figures.get(rule, {}).get(metric)
+    if entry is None:
+        return "—"
+    return f"{entry['mean']:.3f}" + (f" ±{entry['ci']:.3f}" if entry.get("ci") is not None else "")
+
+
+def tables(report: dict) -> str:
+    """RESULTS.md's tables from results/probes.json, and the acceptance figures (issue 57)."""
+    lines = []
+    results = report["results"]
+    kinds = (
+        ("IF", "bacc", "balanced accuracy", ("argmax", "issue41", "aisql", "probe", "probe_cv", "embedding", "tfidf", "anchor:gpt4o", "anchor:llama3-8b")),
+        ("CLASSIFY", "macro_f1", "macro-F1", ("argmax", "issue41", "aisql", "probe", "probe_cv", "embedding", "tfidf", "anchor:gpt4o", "anchor:llama3-8b")),
+        ("SCORE", "spearman", "Spearman", ("argmax", "issue41", "aisql", "probe", "embedding", "tfidf")),
+    )
+    for function, metric, name, rules in kinds:
+        lines.append(f"\n**{function}: {name}** (mean ±95% interval over the draws; examples per class for AI.CLASSIFY, in all otherwise)\n")
+        lines.append("| model | task | prompts | k | " + " | ".join(rules) + " | probe chosen |")
+        lines.append("|---|---|---:|---:|" + "---:|" * len(rules) + "---:|")
+        for model, tasks in results.items():
+            for task, record in tasks.items():
+                if record["function"] != function:
+                    continue
+                for size, figures in record["sizes"].items():
+                    cells = " | ".join(_cell(figures, r, metric) for r in rules)
+                    lines.append(f"| {model} | {task} | {record['info']['prompts']} | {size} | {cells} | {figures['_probe_chosen']:.0%} |")
+    # acceptance 1: AI.IF pairs at 16 (no pair more than 0.02 below issue 41) and 32 (mean >= +0.08)
+    verdicts = []
+    for size, test in (("16", "worst"), ("32", "mean")):
+        gains = {
+            (model, task): record["sizes"][size]["aisql"]["bacc"]["mean"] - record["sizes"][size]["issue41"]["bacc"]["mean"]
+            for model, tasks in results.items() for task, record in tasks.items() if record["function"] == "IF" and size in record["sizes"]
+        }
+        if not gains:
+            continue
+        if test == "worst":
+            worst = min(gains, key=gains.get)
+            verdicts.append(f"AI.IF at 16 examples: the chosen rule against issue 41's, worst pair {worst[0]} {worst[1]} {gains[worst]:+.3f} (acceptance: >= -0.02) over {len(gains)} pairs")
+        else:
+            verdicts.append(f"AI.IF at 32 examples: mean gain over issue 41's {np.mean(list(gains.values())):+.3f} over {len(gains)} pairs (acceptance: >= +0.08): " + ", ".join(f"{m} {t} {g:+.3f}" for (m, t), g in gains.items()))
+    for model, tasks in results.items():
+        for task, record in tasks.items():
+            if record["function"] == "CLASSIFY" and "4" in record["sizes"]:
+                today, ours = record["sizes"]["4"]["issue41"]["macro_f1"]["mean"], record["sizes"]["4"]["aisql"]["macro_f1"]["mean"]
+                need = f"; needs >= {3 * today:.3f} (3x)" if today < 0.3 else ""
+                verdicts.append(f"AI.CLASSIFY 4 per class, {model} {task}: macro-F1 {today:.3f} -> {ours:.3f} ({ours / today if today else float('inf'):.1f}x){need}")
+    return "\n".join(lines + ["", *verdicts])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tables", action="store_true", help="print the tables of --out and the acceptance figures; measure nothing")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--tasks", default=",".join(IF_TASKS + CLASSIFY_TASKS + SCORE_TASKS))
@@ -328,6 +380,9 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     path = Path(args.out)
+    if args.tables:
+        print(tables(json.loads(path.read_text())))
+        return
     report = json.loads(path.read_text()) if path.exists() else {"results": {}}
     report["seeds"] = args.seeds
     report["margin"] = learning.MARGIN

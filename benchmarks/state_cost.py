@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from common import model_argument  # noqa: E402
+from common import model_argument
 
 
 def cpu_seconds() -> float:

@@ -246,7 +246,7 @@ def test_the_examples_line_says_which_rule_answers_and_how_sure(make_connection,
 
     con = make_connection()
     _, result = over_fifty(con, customers_examples(con, 1, 16))
-    (line,) = [l.text for l in quality_lines(result.stats) if "labelled examples" in l.text]
+    (line,) = [l.text for l in quality_lines(result.stats) if "answers under labels" in l.text]
     assert line.startswith("ai_1: answers under labels from 16 labelled examples")
     assert "a probe on the model's hidden state (logistic regression, 64 features) — balanced accuracy" in line
     assert "(held out one at a time)" in line and "the likeliest label (the model's own answers)" in line

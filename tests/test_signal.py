@@ -105,3 +105,36 @@ def test_the_duckdb_functions_count_generated_answers(tiny_engine):
     node = handle.stats["ai_generate"]
     assert node.answers_generated == 25 and node.first_generated is not None
     assert all(line.warning == (not node.generated_differ) for line in quality_lines([node]))
+
+
+def test_labelled_examples_replace_the_label_free_warnings_with_their_own_verdict():
+    """With examples the answers are the chosen rule's: the label-free P(Yes) warnings are set
+    aside, and the examples say whether the answers carry signal (the rule's interval vs chance)."""
+
+    def stats(low, high, metric="balanced accuracy", per_label=None):
+        node = NodeStats(node="ai_1", function="AI.IF(...)", strategy="prefetch", answers_scored=100, answers_yes=50, answers_near_boundary=60)
+        node.log_odds_squares = 100 * 4.0
+        chosen = {"name": "probe", "rule": "a probe", "quality": (low + high) / 2, "low": low, "high": high, "how": "5-fold cross-validated"}
+        node.decision = {
+            "source": "examples",
+            "examples": 24,
+            "per_label": per_label or {"false": 12, "true": 12},
+            "metric": metric,
+            "chosen": "probe",
+            "rule": "a probe",
+            "candidates": [chosen],
+        }
+        return RunStats(model="m", model_note=None, mode="planned", nodes=[node])
+
+    said = signal_lines(stats(0.35, 0.73))
+    warnings = [text for text, warning in said if warning]
+    assert warnings == [
+        "ai_1's answers carry no measurable signal on its 24 labelled examples: a probe balanced accuracy 0.54 [0.35, 0.73], chance 0.50; "
+        "label more rows (aisql label), rephrase the question, or use a larger model (--model)"
+    ]
+    assert not any("barely prefers" in text for text, _ in said)  # 60% near a coin toss: P(Yes) is not what answers
+    assert not any(warning for _, warning in signal_lines(stats(0.62, 0.94)))  # above chance: no warning
+    three = {"a": 4, "b": 4, "c": 4}
+    assert any(w for _, w in signal_lines(stats(0.30, 0.60, per_label=three)))  # chance 1/3 for three labels
+    assert not any(w for _, w in signal_lines(stats(0.40, 0.70, per_label=three)))
+    assert any(w for _, w in signal_lines(stats(-0.1, 0.4, metric="Spearman")))

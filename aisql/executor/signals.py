@@ -34,6 +34,7 @@ DOMINANT_LABEL_SHARE = 0.95
 # SmolLM2 0.11 on 1-5, Spearman 0.07 with the critics; Qwen2.5-0.5B 0.56, Spearman 0.57)
 BUNCHED_SCORE_SHARE = 0.06
 TRY = "give a few labelled rows (examples => (SELECT ..., label FROM ...)), rephrase the question, or use a larger model (--model)"
+TRY_LABELLED = "label more rows (aisql label), rephrase the question, or use a larger model (--model)"
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ def quality_lines(stats: RunStats | Iterable[NodeStats]) -> list[QualityLine]:
     nodes = stats.nodes if isinstance(stats, RunStats) else list(stats)
     lines: list[QualityLine] = []
     for node in nodes:
+        before = len(lines)
         lines += _decision_lines(node)
         if node.join and node.join.get("against") == "labels":
             strategy = "join as classification" if node.join["strategy"] == "classify" else "the exact plan (every pair asked)"
@@ -65,7 +67,33 @@ def quality_lines(stats: RunStats | Iterable[NodeStats]) -> list[QualityLine]:
                     True,
                 )
             )
+        if (node.decision or {}).get("source") == "examples":
+            # Labelled examples measure what the label-free signals can only guess: their verdict
+            # replaces the label-free warnings (answers under labels need not follow P(Yes)).
+            lines[before:] = [line for line in lines[before:] if not line.warning] + _examples_warning(node)
     return lines
+
+
+def _examples_warning(node: NodeStats) -> list[QualityLine]:
+    """A warning where the answering rule's interval on the labelled examples reaches chance: the
+    examples show no measurable signal in these answers."""
+    report = node.decision or {}
+    chosen = next((c for c in report.get("candidates") or [] if c["name"] == report.get("chosen")), None)
+    if chosen is None or chosen.get("low") is None:
+        return []
+    metric = report.get("metric", "")
+    classes = max(len(report.get("per_label") or {}), 2)
+    chance = {"balanced accuracy": 1.0 / classes, "Spearman": 0.0}.get(metric)
+    if chance is None or chosen["low"] > chance:
+        return []
+    return [
+        QualityLine(
+            node.node,
+            f"{node.node}'s answers carry no measurable signal on its {report['examples']} labelled examples: {chosen['rule']} "
+            f"{metric} {_estimate(chosen, False)}, chance {chance:.2f}; {TRY_LABELLED}",
+            True,
+        )
+    ]
 
 
 def warnings_of(stats: RunStats | Iterable[NodeStats]) -> list[str]:
