@@ -227,12 +227,16 @@ _model_map = click.option(
     "--model-map", "model_map", multiple=True, metavar="NAME=MODEL",
     help="A model named in the query (BigQuery's endpoint =>, Snowflake's AI_COMPLETE model, FlockMTL's model_name) answered by MODEL (any --model form); repeatable. Unmapped names: --model answers, with a note.",
 )
+_request_timeout = click.option(
+    "--request-timeout", type=click.FloatRange(min=0.1, max=86400), metavar="S",
+    help="openai:NAME@URL models: seconds one request may wait for the server's answer (default 120); a server that does not answer in time ends the run, answers received kept.",
+)
 _embed_model = click.option("--embed-model", metavar="SPEC", help="Embedding model of AI.EMBED / AI.SIMILARITY: a sentence-transformers directory or Hugging Face id (default: $AISQL_EMBED_MODEL, then all-MiniLM-L6-v2).")
 
 
 def _engine_options(
     device: str, kv_budget: str | None, quantize: str | None, no_prefix_cache: bool, no_speculation: bool, dtype: str = "auto", kv_eviction: str = "reuse",
-    threads: int | None = None,
+    threads: int | None = None, request_timeout: float | None = None,
 ):
     from aisql.engine.model.loader import EngineOptions
     from aisql.engine.model.numerics import check_device
@@ -248,6 +252,7 @@ def _engine_options(
         prefix_cache=not no_prefix_cache,
         speculative=not no_speculation,
         threads=threads,
+        request_timeout=request_timeout,
     )
 
 
@@ -318,13 +323,14 @@ def _apply(options):
 @click.option("--strict-models", is_flag=True, help="Refuse a query that names a model other than --model (BigQuery's endpoint =>, Snowflake's AI_COMPLETE model, FlockMTL's model_name); by default the run's model answers and a note says so.")
 @click.option("--approximate", is_flag=True, help="Approximate mode for every AI.IF: a proxy answers the rows it is sure of (recall and precision >= 0.9 vs the LLM, with probability >= 0.95); outputs say so.")
 @_model_map
+@_request_timeout
 @click.option("--proxy-model", metavar="MODEL", help="Approximate mode's proxy (implies --approximate): a smaller LLM (any --model form, e.g. smollm2) or 'embeddings'; default: a smaller LLM when --model has >= 4x its parameters, else the embedding model.")
 @_embed_model
 @_handle_errors
 def run(
     query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
     output, output_all, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
-    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, workers, cluster, strict_models, model_map, approximate, proxy_model, embed_model,
+    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, workers, cluster, strict_models, model_map, request_timeout, approximate, proxy_model, embed_model,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
     from aisql.output import ResultPrinter
@@ -332,7 +338,7 @@ def run(
     text, query_dir = _query_source(query_file, sql)
     printer = ResultPrinter(fmt, max_rows, output=output, output_all=output_all, stats_json=stats_json, quiet=quiet)
     printer.check_paths()  # before the run: no paid work is lost to an unwritable path
-    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction, threads)
+    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction, threads, request_timeout)
     if cache_path and no_cache:
         raise AisqlError("give either --cache PATH or --no-cache, not both")
     cache = False if no_cache else (cache_path or True)
@@ -496,16 +502,17 @@ def label(query_file, sql, call, labels_path, count, pool, db, tables, model, ca
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @_model_map
+@_request_timeout
 @_embed_model
 @_handle_errors
-def shell(db, read_only, tables, dialect, model, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation, fmt, max_rows, cache_path, no_cache, debug, model_map, embed_model):
+def shell(db, read_only, tables, dialect, model, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation, fmt, max_rows, cache_path, no_cache, debug, model_map, request_timeout, embed_model):
     """An interactive session, as `duckdb` with no arguments: statements end at `;`, each runs
     when complete; the model loads once. Piped input runs as a script (exit 1 if a statement
     failed; Ctrl-C or SIGTERM stops it, exit 130 or 143)."""
     from aisql.output import ResultPrinter
     from aisql.shell import run_shell
 
-    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction, threads)
+    options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction, threads, request_timeout)
     if cache_path and no_cache:
         raise AisqlError("give either --cache PATH or --no-cache, not both")
     cache = False if no_cache else (cache_path or True)

@@ -27,8 +27,8 @@ prefix cache; the openai client retries failed calls.
 
 from __future__ import annotations
 
-import math
 import os
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -43,11 +43,15 @@ from aisql.engine.base import (
     ScoreRequest,
     logsumexp,
 )
+from aisql.engine.backends.remote_replies import ReplyReader
 from aisql.engine.model.model_files import loader_failure
 from aisql.engine.model.prompt_format import EncodesPrompts, PromptFormat
 from aisql.errors import ModelError
 
 DEFAULT_CONCURRENCY = 8
+DEFAULT_REQUEST_TIMEOUT = 120.0  # seconds one request may wait for its answer (--request-timeout)
+RETRIES = 2  # more tries after a lost connection or a 429 / 5xx answer; a request that timed out is not tried again
+CHARS_PER_TOKEN = 64  # a completion's text is read up to max_tokens x this: no token is longer
 
 
 def parse_remote_spec(spec: str) -> tuple[str, str]:
@@ -80,6 +84,7 @@ class RemoteEngine(EncodesPrompts):
         concurrency: int = DEFAULT_CONCURRENCY,
         note: str | None = None,
         is_test: bool = False,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
         try:
             import openai
@@ -92,7 +97,11 @@ class RemoteEngine(EncodesPrompts):
 
         self.name, self.base_url = parse_remote_spec(spec)
         self._openai = openai
-        self.client = openai.OpenAI(base_url=self.base_url, api_key=_api_key(), max_retries=3, timeout=600)
+        # Retries are ours (_complete): a request that timed out is not sent again, so a server
+        # that accepts and never answers ends the run after request_timeout, not four times that.
+        self.request_timeout = request_timeout
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=_api_key(), max_retries=0, timeout=request_timeout)
+        self.replies = ReplyReader(self.base_url)
         self.concurrency = concurrency
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_directory)
@@ -101,7 +110,7 @@ class RemoteEngine(EncodesPrompts):
         self.format = PromptFormat(self.tokenizer)
         self._tokenizer_directory = tokenizer_directory
         card = self._model_card()
-        max_context = int(card.get("max_model_len") or min(getattr(self.tokenizer, "model_max_length", 4096), 1 << 20))
+        max_context = self.replies.max_model_len(card) or min(getattr(self.tokenizer, "model_max_length", 4096), 1 << 20)
         self.info = ModelInfo(
             name=spec,
             source=self.base_url,
@@ -119,8 +128,8 @@ class RemoteEngine(EncodesPrompts):
     def _model_card(self) -> dict:
         try:
             models = self.client.models.list().data
-            if not isinstance(models, list) or not all(hasattr(m, "id") for m in models):
-                raise TypeError("no model list")
+        except self._openai.APITimeoutError:
+            raise self._timed_out("/models") from None
         except self._openai.APIConnectionError:
             raise ModelError(
                 f"cannot reach the model server at {self.base_url}", hint="is `aisql serve` (or vLLM) running there?"
@@ -129,11 +138,7 @@ class RemoteEngine(EncodesPrompts):
             raise ModelError(f"the model server at {self.base_url} failed: {_first_line(err)}") from None
         except (TypeError, ValueError, AttributeError):
             raise _not_openai(self.base_url, "/models") from None
-        for model in models:
-            if model.id == self.name:
-                return model.model_dump()
-        served = ", ".join(m.id for m in models) or "none"
-        raise ModelError(f"the server at {self.base_url} does not serve {self.name!r} (it serves: {served})")
+        return self.replies.model_card(models, self.name)
 
     def facts(self) -> ModelFacts:
         from aisql.engine.model.facts import cached_profile
@@ -190,20 +195,20 @@ class RemoteEngine(EncodesPrompts):
         if the token it answers is another, score by echo."""
         token = request.label_ids[0][0]
         response = self._complete(tuple(request.prompt_ids), max_tokens=1, logprobs=0, extra_body={"allowed_token_ids": [token]})
-        logprobs = response.choices[0].logprobs
-        answered = (logprobs.tokens or [None])[0] if logprobs is not None and getattr(logprobs, "tokens", None) else response.choices[0].text
+        choice = self.replies.choice(response)
+        tokens = self.replies.tokens(self.replies.logprobs(choice))
+        answered = tokens[0] if tokens else self.replies.text(choice, CHARS_PER_TOKEN)
         self._scoring = "allowed" if answered == self.tokenizer.decode([token]) else "echo"
 
     def _token_logprob(self, job: tuple[tuple[int, ...], int]) -> float:
         prompt, token = job
         response = self._complete(prompt, max_tokens=1, logprobs=0, extra_body={"allowed_token_ids": [token]})
-        logprobs = response.choices[0].logprobs
-        if logprobs is None or not logprobs.token_logprobs:
+        values = self.replies.token_logprobs(self.replies.logprobs(self.replies.choice(response)))
+        if not values:
             raise ModelError(
                 f"the server at {self.base_url} returned no logprobs (it must support allowed_token_ids and logprobs)"
             )
-        value = logprobs.token_logprobs[0]
-        return -math.inf if value is None else float(value)
+        return values[0]
 
     TOP_LOGPROBS = 20
 
@@ -213,12 +218,22 @@ class RemoteEngine(EncodesPrompts):
         response = self._complete(
             tuple(request.prompt_ids), max_tokens=1, logprobs=self.TOP_LOGPROBS, logit_bias={str(t): -100 for t in ends}
         )
-        logprobs = response.choices[0].logprobs
-        tops = (logprobs.top_logprobs or [None])[0] if logprobs is not None else None
+        tops = self.replies.top_logprobs(self.replies.logprobs(self.replies.choice(response)))
         if not tops:
             raise ModelError(f"the server at {self.base_url} returned no top logprobs", hint="it must support logprobs on /v1/completions")
-        floor = min(tops.values())
-        return [float(tops.get(self.tokenizer.decode([label[0]]), floor)) for label in request.label_ids]
+        spelled = [self.tokenizer.decode([label[0]]) for label in request.label_ids]
+        if not any(s in tops for s in spelled):
+            # Every label would get the floor and tie: never an answer (AI.IF would say TRUE for all).
+            raise ModelError(
+                f"none of the labels {', '.join(repr(s) for s in spelled)} is among the {len(tops)} tokens the server at "
+                f"{self.base_url} ranked first for a prompt (it ranked {', '.join(repr(t) for t in list(tops)[:5])} ...)",
+                hint=f"the server's tokenizer or prompt format differs from {self.name}'s (e.g. 'Yes' against ' Yes'): serve the same model files, "
+                "or a server that takes allowed_token_ids (aisql serve, vLLM)",
+            )
+        # A label outside the top-k is at most the k-th's logprob: just below it, so a listed label
+        # that is itself the k-th still ranks above one not listed (never a tie by construction).
+        floor = min(tops.values()) - 1e-6
+        return [tops.get(s, floor) for s in spelled]
 
     def _echo_logprob(self, job: tuple[tuple[int, ...], tuple[int, ...]]) -> float:
         """log P(label | prompt) from the logprobs the server echoes for the prompt's own tokens:
@@ -226,53 +241,92 @@ class RemoteEngine(EncodesPrompts):
         generated)."""
         prompt, label = job
         response = self._complete(prompt + label, max_tokens=1, logprobs=0, echo=True)
-        logprobs = response.choices[0].logprobs
-        values = list(logprobs.token_logprobs or []) if logprobs is not None else []
+        values = self.replies.token_logprobs(self.replies.logprobs(self.replies.choice(response)))
         if len(values) < len(label) + 1:
             raise ModelError(
                 f"the server at {self.base_url} echoed no prompt logprobs",
                 hint="it must support echo with logprobs (llama-cpp-python's server: --logits_all true)",
             )
-        read = values[-len(label) - 1 : -1]
-        return sum(-math.inf if v is None else float(v) for v in read)
+        return sum(values[-len(label) - 1 : -1])
 
     def _generate_one(self, request: GenerateRequest) -> Generation:
         response = self._complete(request.prompt_ids, max_tokens=request.max_tokens)
-        choice = response.choices[0]
-        text = choice.text or ""
-        stopped = choice.finish_reason == "stop"
+        choice = self.replies.choice(response)
+        # No more than max_tokens is read: a server that sends megabytes for a few tokens is cut
+        # before tokenizing (the text, then its tokens, to what was asked).
+        limit = request.max_tokens * CHARS_PER_TOKEN
+        text = self.replies.text(choice, limit=limit + 1)
+        stopped = self.replies.finish_reason(choice) == "stop"
+        if len(text) > limit:  # more than max_tokens can spell: the first max_tokens of it
+            ids = self.tokenizer(text[:limit], add_special_tokens=False)["input_ids"][: request.max_tokens]
+            text, stopped = self.tokenizer.decode(ids), False
         tokens = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        completion = response.usage.completion_tokens if response.usage else len(tokens)
+        usage = self.replies.usage(response)
+        completion = min(usage[1], request.max_tokens) if usage else len(tokens)
         self.stats.generated_tokens += completion
         return Generation(
             token_ids=tokens, text=text.strip(), finish_reason="stop" if stopped else "length", steps=completion + stopped
         )
 
     def _complete(self, prompt: Sequence[int], **kwargs):
-        sent = self.tokenizer.decode(list(prompt)) if self._prompts_as_text else list(prompt)
-        try:
-            response = self.client.completions.create(model=self.name, prompt=sent, temperature=0, **kwargs)
-            if not getattr(response, "choices", None):
-                raise ValueError("no choices")
-        except self._openai.APIConnectionError:
-            raise ModelError(f"lost the connection to the model server at {self.base_url}") from None
-        except self._openai.APIStatusError as err:
-            if not self._prompts_as_text and err.status_code in (400, 422, 500) and "prompt" in str(err):
-                self._prompts_as_text = True  # a server that reads only text prompts (llama-cpp-python's)
-                return self._complete(prompt, **kwargs)
-            raise ModelError(f"the model server at {self.base_url} refused a request: {_first_line(err)}") from None
-        except self._openai.OpenAIError as err:
-            raise ModelError(f"the model server at {self.base_url} failed: {_first_line(err)}") from None
-        except (TypeError, ValueError, AttributeError):
-            raise _not_openai(self.base_url, "/completions") from None
-        usage = response.usage
+        sent = self._text_prompt(prompt) if self._prompts_as_text else list(prompt)
+        for attempt in range(RETRIES + 1):
+            try:
+                response = self.client.completions.create(model=self.name, prompt=sent, temperature=0, **kwargs)
+                self.replies.choice(response)
+                break
+            except self._openai.APITimeoutError:
+                raise self._timed_out("/completions") from None
+            except self._openai.APIConnectionError:
+                if attempt == RETRIES:
+                    raise ModelError(f"lost the connection to the model server at {self.base_url}") from None
+            except self._openai.APIStatusError as err:
+                if not self._prompts_as_text and err.status_code in (400, 422, 500) and "prompt" in str(err):
+                    self._prompts_as_text = True  # a server that reads only text prompts (llama-cpp-python's)
+                    return self._complete(prompt, **kwargs)
+                if err.status_code not in (408, 429) and err.status_code < 500 or attempt == RETRIES:
+                    raise ModelError(f"the model server at {self.base_url} refused a request: {_first_line(err)}") from None
+            except self._openai.OpenAIError as err:
+                raise ModelError(f"the model server at {self.base_url} failed: {_first_line(err)}") from None
+            except (TypeError, ValueError, AttributeError):
+                raise _not_openai(self.base_url, "/completions") from None
+            time.sleep(0.5 * 2**attempt)  # then try again
+        usage = self.replies.usage(response)
         if usage is not None:
-            details = getattr(usage, "prompt_tokens_details", None)
-            cached = (getattr(details, "cached_tokens", 0) or 0) if details is not None else 0
-            self.stats.kv_hit_tokens += cached
-            self.stats.computed_tokens += usage.prompt_tokens - cached + usage.completion_tokens
+            prompt_tokens, completion_tokens, cached = usage
+            self.stats.kv_hit_tokens += min(cached, prompt_tokens)
+            self.stats.computed_tokens += prompt_tokens - min(cached, prompt_tokens) + completion_tokens
         self.stats.forward_passes += 1
         return response
+
+    def _timed_out(self, path: str) -> ModelError:
+        return ModelError(
+            f"the model server at {self.base_url} did not answer {path} within {self.request_timeout:g} s",
+            hint="is it overloaded or stuck? --request-timeout SECONDS waits longer (answers already received are kept)",
+        )
+
+    def _text_prompt(self, prompt: Sequence[int]) -> str:
+        """The ids as text for a server that takes only text. Data is encoded as plain text, so a
+        special token's spelling in it (`<|im_end|>`) is several ordinary ids here — but the
+        server's tokenizer would read the spelling back as the special token itself, turning data
+        into prompt structure. Such a prompt is refused, never sent."""
+        text = self.tokenizer.decode(list(prompt))
+        for special in self._special_spellings():
+            spelled = text.count(special)
+            if spelled and spelled > list(prompt).count(self.tokenizer.convert_tokens_to_ids(special)):
+                raise ModelError(
+                    f"a prompt's data holds {special!r}, a special token of {self.name}'s prompt format, and the server at "
+                    f"{self.base_url} takes prompts only as text, where it would read that spelling as the token itself",
+                    hint="serve the model where prompts go as token ids (aisql serve, vLLM), or remove the spelling from the data",
+                )
+        return text
+
+    def _special_spellings(self) -> list[str]:
+        specials = set(getattr(self.tokenizer, "all_special_tokens", []) or [])
+        for token in (getattr(self.tokenizer, "added_tokens_decoder", None) or {}).values():
+            if getattr(token, "special", False):
+                specials.add(str(token))
+        return sorted(s for s in specials if s)
 
 
 def _normalized(values: list[float]) -> LabelScores:

@@ -44,6 +44,7 @@ class EngineOptions:
     quantize: str | None = None  # None | "int8" (CPU) | "fp8" (weights) | "bf16" (weights)
     threads: int | None = None  # CPU threads; None: the idle usable cores, re-read as load changes (aisql.engine.threads)
     vllm_block_size: int | None = None  # vllm: engines: KV block size (default 32 on CPU, 16 on GPU)
+    request_timeout: float | None = None  # openai: engines: seconds one request may wait (default: remote.DEFAULT_REQUEST_TIMEOUT)
 
 
 def resolve_model_spec(spec: str | None) -> tuple[str, bool]:
@@ -151,7 +152,10 @@ def load_resolved(model: ResolvedModel, options: EngineOptions, notify: Callable
     if model.backend == "openai":
         from aisql.engine.backends.remote import RemoteEngine
 
-        return RemoteEngine(model.name, str(_local_tokenizer_directory(model, notify)), note=model.note, is_test=model.is_test)
+        from aisql.engine.backends.remote import DEFAULT_REQUEST_TIMEOUT
+
+        timeout = options.request_timeout or DEFAULT_REQUEST_TIMEOUT
+        return RemoteEngine(model.name, str(_local_tokenizer_directory(model, notify)), note=model.note, is_test=model.is_test, request_timeout=timeout)
     if model.backend == "vllm":
         from aisql.engine.backends.vllm import load_vllm_engine
 
