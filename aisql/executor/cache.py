@@ -34,6 +34,7 @@ SCHEMA_VERSION = 1
 APPLICATION_ID = 0x61697371
 OWN_TABLES = {"answers", "meta", "states"}  # states: since hidden states were kept (older caches lack it)
 _BUSY_TIMEOUT_S = 60.0
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 _LOOKUP_CHUNK = 500
 
 
@@ -71,10 +72,12 @@ class SqliteAnswerStore:
     def _connect(self) -> sqlite3.Connection:
         """Open (or create) the file as the result cache; remember which file it is (`_identity`)."""
         db = None
+        self._refuse_foreign_file()  # before SQLite opens it: opening can write a log left beside it into the file
         try:
             db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             self._retry_while_busy(lambda: self._open(db))
             self._identity = _file_identity(self.path)
+            self._log_identity = _file_identity(self._log_path)
             return db
         except sqlite3.DatabaseError as err:
             if db is not None:
@@ -92,6 +95,12 @@ class SqliteAnswerStore:
     def _open(self, db: sqlite3.Connection) -> None:
         db.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
         self._refuse_foreign(db)  # before anything is written to the file
+        if db.execute("PRAGMA application_id").fetchall()[0][0] != APPLICATION_ID:
+            # Marked before the switch to WAL, so the mark is in the file's own header (a mark
+            # only in the log would leave a crashed first run's file unrecognisable without it).
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            if db.execute("PRAGMA journal_mode").fetchall()[0][0] == "wal":  # an older cache: its mark went to the log
+                db.execute("PRAGMA wal_checkpoint(PASSIVE)")
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = NORMAL")
         # Answers arrive in bulk (a worker pool's shards: millions a node) under random keys, so
@@ -101,6 +110,49 @@ class SqliteAnswerStore:
         db.execute("PRAGMA cache_size = -65536")
         db.execute("PRAGMA wal_autocheckpoint = 10000")
         self._init_schema(db)
+
+    def _refuse_foreign_file(self) -> None:
+        """Is the file at the path one aisql may open? Read from its own header, without SQLite:
+        opening a database applies the write-ahead log (or rolls back the journal) found beside
+        its path, whichever file that log belonged to — a cache replaced by the user's own
+        database while a run went on once had the old cache's log written into it. A file marked
+        as an aisql cache (APPLICATION_ID in its header) or a new one is opened; an unmarked one
+        only with no log or journal beside it (then `_refuse_foreign` reads its tables)."""
+        try:
+            with open(self.path, "rb") as file:
+                header = file.read(100)
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            raise CacheError(f"cannot read the cache file {self.path}: {err.strerror or err}") from None
+        if not header:
+            return  # empty: a new cache
+        if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
+            raise CacheError(f"cache file {self.path} is not an aisql result cache (file is not a database)", hint=_CORRUPT_HINT)
+        application = int.from_bytes(header[68:72], "big")
+        if application == APPLICATION_ID:
+            return
+        if application != 0:
+            raise self._foreign(f"application id {application:#x}")
+        for suffix in ("-wal", "-journal"):
+            beside = Path(f"{self.path}{suffix}")
+            try:
+                pending = beside.stat().st_size > 0
+            except OSError:
+                continue
+            if pending:
+                raise CacheError(
+                    f"{self.path} is not marked as an aisql result cache and a {'write-ahead log' if suffix == '-wal' else 'rollback journal'} "
+                    f"lies beside it ({beside.name}); opening it would write that into the file, so aisql will not",
+                    hint="if it is another application's database, give --cache a new file name; if it is an aisql cache of an "
+                    "older version, open it once with the sqlite3 shell (which applies the log), then run again",
+                )
+
+    def _foreign(self, what: str) -> CacheError:
+        return CacheError(
+            f"{self.path} is a SQLite database of another application ({what}), not an aisql result cache; aisql will not add its tables to it",
+            hint="give --cache a new file name (e.g. answers.sqlite), or leave it out for the default cache",
+        )
 
     def _refuse_foreign(self, db: sqlite3.Connection) -> None:
         """A SQLite database of another application is never adopted: `--cache app.sqlite` once
@@ -114,10 +166,7 @@ class SqliteAnswerStore:
         if application == 0 and (not tables or older_cache):
             return  # a new file, or an aisql cache from before the mark: marked in _init_schema
         what = f"tables: {', '.join(sorted(tables)[:5])}{', ...' if len(tables) > 5 else ''}" if tables else f"application id {application:#x}"
-        raise CacheError(
-            f"{self.path} is a SQLite database of another application ({what}), not an aisql result cache; aisql will not add its tables to it",
-            hint="give --cache a new file name (e.g. answers.sqlite), or leave it out for the default cache",
-        )
+        raise self._foreign(what)
 
     @staticmethod
     def _retry_while_busy(action) -> None:
@@ -245,6 +294,7 @@ class SqliteAnswerStore:
                     if replacing_states:
                         self._db.executemany("INSERT OR REPLACE INTO states VALUES (?, ?)", replacing_states)
                     self._db.execute("COMMIT")
+                    self._log_identity = self._log_identity or _file_identity(self._log_path)
                     self._unreadable.difference_update(row[0] for row in replacing)
                 except BaseException:
                     if self._db.in_transaction:
@@ -270,13 +320,15 @@ class SqliteAnswerStore:
         vanished = not self.path.exists()
         lost = self.committed
         self._db.close()
+        moved = self._move_old_log_aside()
         try:
             self._db = self._connect()
         except CacheError as err:
             self._db = sqlite3.connect(":memory:", check_same_thread=False)  # for close(); every later commit fails the same way
+            aside = f" (its write-ahead log, which SQLite would have applied to the new file, is now {moved.name})" if moved else ""
             raise CacheError(
                 f"the result cache {self.path} was {'deleted' if vanished else 'replaced'} during the run and cannot be opened again: {err.message}",
-                hint=f"{lost:,} answers this run committed went with the old file; {err.hint or 'run with --cache PATH or --no-cache'}",
+                hint=f"{lost:,} answers this run committed went with the old file{aside}; {err.hint or 'run with --cache PATH or --no-cache'}",
             ) from None
         self.committed = 0
         self._unreadable.clear()
@@ -285,6 +337,24 @@ class SqliteAnswerStore:
             f"{lost:,} answers this run had committed went with the old file. "
             f"{'A new cache was created there' if vanished else 'The new file is used'}: the answers from now on are kept in it"
         )
+
+    @property
+    def _log_path(self) -> Path:
+        return Path(f"{self.path}-wal")
+
+    def _move_old_log_aside(self) -> Path | None:
+        """The old cache's write-ahead log stays at the path when its file is moved away (SQLite
+        will not checkpoint into a file that moved), and whatever file is at the path next would
+        have it applied on its next open — by aisql or by its own application. The log this store
+        wrote (the same file, by inode) is renamed aside; anyone else's is left alone."""
+        if self._log_identity is None or _file_identity(self._log_path) != self._log_identity:
+            return None
+        aside = self._log_path.with_name(f"{self._log_path.name}.orphaned-{os.getpid()}")
+        try:
+            os.replace(self._log_path, aside)
+        except OSError:
+            return None
+        return aside
 
     # ---- maintenance ------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -320,6 +390,8 @@ class SqliteAnswerStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            if _file_identity(self.path) != self._identity:  # moved away since: its log must not meet the next file
+                self._move_old_log_aside()
 
 class CacheError(AisqlError):
     """The result cache cannot be opened or used."""
