@@ -48,6 +48,26 @@ def test_task_description_leads_the_instruction(con):
 @pytest.mark.parametrize(
     "dialect, sql",
     [
+        ("snowflake", "SELECT id, AI_CLASSIFY(body, ['travel', 'cooking'], {'output_mode': 'multi'}) AS c FROM posts2 ORDER BY id"),
+        ("bigquery", "SELECT id, AI.CLASSIFY(body, categories => ['travel', 'cooking'], output_mode => 'multi') AS c FROM posts2 ORDER BY id"),
+        ("duckdb", "SELECT id, AI.CLASSIFY(PROMPT('{0} by {1}', body, author), ['travel', 'cooking'], output_mode => 'multi') AS c FROM posts2 ORDER BY id"),
+    ],
+)
+def test_multi_label_of_a_null_input_is_null_not_no_category(con, dialect, sql):
+    """AI.IF on NULL is NULL; so is the list of categories of a NULL input (issue 58: it was [],
+    "no category applies"). A NULL placeholder of a PROMPT too; planned equals naive."""
+    con.duckdb.execute(
+        "CREATE TABLE posts2 AS SELECT * FROM (VALUES (1, 'Backpacking in Peru', 'ana'), (2, NULL, 'bo'), (3, 'Ragu recipe', NULL)) v(id, body, author)"
+    )
+    rows = con.run(sql, dialect=dialect).table.to_pylist()
+    assert rows[1]["c"] is None and isinstance(rows[0]["c"], list)
+    assert (rows[2]["c"] is None) == ("author" in sql)  # only the PROMPT reads the author
+    assert rows == con.run(sql, dialect=dialect, naive=True).table.to_pylist()
+
+
+@pytest.mark.parametrize(
+    "dialect, sql",
+    [
         ("snowflake", "SELECT id, AI_CLASSIFY(body, ['travel', 'cooking', 'sports'], {'output_mode': 'multi'}) AS c FROM posts ORDER BY id"),
         ("bigquery", "SELECT id, AI.CLASSIFY(body, categories => ['travel', 'cooking', 'sports'], output_mode => 'multi') AS c FROM posts ORDER BY id"),
     ],

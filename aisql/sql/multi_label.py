@@ -6,8 +6,9 @@ the same input — written with the input first and the category last, so every 
 shares the input's prefix and the engine computes it once per row (radix KV reuse). The call
 becomes
 
-    list_filter([CASE WHEN AI.IF(PROMPT('{0}\n\nDoes this belong to the category "travel"?', x))
-                 THEN 'travel' END, ...], l -> l IS NOT NULL)
+    list_transform([[CASE AI.IF(PROMPT('{0}\n\nDoes this belong to the category "travel"?', x))
+                     WHEN TRUE THEN 'travel' WHEN FALSE THEN '' END, ...]],
+                   a -> CASE WHEN a[1] IS NULL THEN NULL ELSE list_filter(a, l -> l <> '') END)[1]
 
 — a VARCHAR[] of the categories that apply, in the order written (BigQuery's ARRAY<STRING>;
 Snowflake wraps it as `{"labels": [...]}`, aisql returns the plain list as it does for every
@@ -71,8 +72,9 @@ def translate(ast: exp.Expression, at) -> None:
                 question = f"{task}\n{question}"
             call = exp.Dot(this=exp.to_identifier("AI"), expression=exp.Anonymous(this="IF", expressions=[_prompt(text, question)] + _endpoint(endpoint)))
             call.meta.update(node.meta, written_as=spelling)
-            cases.append(exp.Case(ifs=[exp.If(this=call, true=exp.Literal.string(label))]))
-        replacement = exp.Anonymous(this="list_filter", expressions=[exp.Array(expressions=cases), _not_null()])
+            # CASE on the call (evaluated once): the label, '' for No, NULL where the input is NULL
+            cases.append(exp.Case(this=call, ifs=[exp.If(this=exp.true(), true=exp.Literal.string(label)), exp.If(this=exp.false(), true=exp.Literal.string(""))]))
+        replacement = _categories_that_apply(exp.Array(expressions=cases))
         replacement.meta.update(node.meta)
         node.replace(replacement)
 
@@ -108,5 +110,13 @@ def _endpoint(node: exp.Expression | None) -> list[exp.Expression]:
     return [exp.Kwarg(this=exp.var("endpoint"), expression=node.copy())] if node is not None else []
 
 
-def _not_null() -> exp.Expression:
-    return sqlglot.parse_one("SELECT list_filter(a, l -> l IS NOT NULL)", read="duckdb").find(exp.Lambda).copy()
+def _categories_that_apply(answers: exp.Array) -> exp.Expression:
+    """The categories answered Yes, in the order written — NULL where the input is NULL (every
+    category's question reads the same input, so the first answer's NULL is every one's), as an
+    AI.IF on NULL is NULL and not "no category applies". The answers are read through a lambda so
+    each call appears once."""
+    template = sqlglot.parse_one(
+        "SELECT list_transform([NULL], a -> CASE WHEN a[1] IS NULL THEN NULL ELSE list_filter(a, l -> l <> '') END)[1]", read="duckdb"
+    ).selects[0]
+    template.find(exp.Array).set("expressions", [answers])
+    return template
