@@ -10,6 +10,7 @@ import itertools
 from sqlglot import exp
 
 from aisql.errors import AisqlError
+from aisql.functions.arguments import WRITTEN_BEFORE
 from aisql.executor.session import ModelSession
 from aisql.sql.bind import BoundStatement, bind_statement
 from aisql.sql.parameters import Parameters, bind_parameters, check_all_used
@@ -32,11 +33,34 @@ def bind_script(source: SourceText, dialect: str | None = None, params: Paramete
             dataclasses.replace(s, ast=bind_parameters(s.ast.copy(), params, state), parameters_bound=True) for s in parsed
         ]
         check_all_used(params, state)
-    for statement in parsed:
-        bound = bind_statement(statement, source, function_prefix=f"__aisql_{next(_RUNS)}_", first_call_number=calls_so_far + 1)
+    written: dict[str, int] = {}
+    for number, statement in enumerate(parsed, 1):
+        token = WRITTEN_BEFORE.set(dict(written))
+        try:
+            bound = bind_statement(statement, source, function_prefix=f"__aisql_{next(_RUNS)}_", first_call_number=calls_so_far + 1)
+        finally:
+            WRITTEN_BEFORE.reset(token)
         calls_so_far += len(bound.calls)
         statements.append(bound)
+        for name in written_tables(statement.ast):
+            written.setdefault(name, number)
     return statements
+
+
+_WRITES = (exp.Create, exp.Insert, exp.Update, exp.Delete, exp.Drop, exp.Alter, exp.Copy, exp.Merge, exp.TruncateTable)
+
+
+def written_tables(ast: exp.Expression) -> list[str]:
+    """The tables (and views) a statement creates, changes or drops, lower-cased."""
+    if not isinstance(ast, _WRITES):
+        return []
+    targets = ast.expressions if isinstance(ast, exp.TruncateTable) else [ast.this]
+    names = []
+    for target in targets:
+        table = target if isinstance(target, exp.Table) else (target.find(exp.Table) if isinstance(target, exp.Expression) else None)
+        if table is not None and table.name:
+            names.append(table.name.lower())
+    return names
 
 
 def has_ai(sql_text: str, dialect: str | None) -> bool:

@@ -91,6 +91,15 @@ NOT_CONSTANT = _NOT_CONSTANT
 CONSTANTS: ContextVar[Callable[[str], Any] | None] = ContextVar("aisql_constants", default=None)
 
 
+# Tables the script's earlier statements write (name -> the statement's number), while a script is
+# bound: a constant computed at bind time must not read them (it would see them as they were
+# before the script ran).
+WRITTEN_BEFORE: ContextVar[dict[str, int] | None] = ContextVar("aisql_written_before", default=None)
+
+# The AI calls of a statement are UDFs of this prefix by the time its constants are computed.
+_BOUND_CALL_PREFIX = "__aisql_"
+
+
 @contextmanager
 def constants_from(evaluate: Callable[[str], Any]):
     token = CONSTANTS.set(evaluate)
@@ -117,6 +126,8 @@ def evaluate_constant(spelling: str, node: exp.Expression, what: str) -> Any:
 
     if not isinstance(node, exp.Subquery) and any(_reads_the_row(column, node) for column in node.find_all(exp.Column)):
         raise BindError(f"{spelling}: the {what} must be the same for every row, got {node.sql(dialect='duckdb')}", hint="a list, a constant expression, or a scalar subquery")
+    _refuse_ai_calls(spelling, node, what)
+    _refuse_tables_written_before(spelling, node, what)
     sql = node.sql(dialect="duckdb")
     evaluate = CONSTANTS.get() or (lambda text: duckdb.connect().execute("SELECT " + text).fetchone()[0])
     try:
@@ -126,6 +137,33 @@ def evaluate_constant(spelling: str, node: exp.Expression, what: str) -> Any:
             f"{spelling}: cannot compute the {what} {sql}: {str(err).splitlines()[0]}",
             hint="they are computed before the script runs: a subquery reads tables that exist then",
         ) from None
+
+
+def _refuse_ai_calls(spelling: str, node: exp.Expression, what: str) -> None:
+    """An AI call inside a constant (labels from a subquery that asks the model) cannot be
+    computed before the query's AI calls run: refused in the user's words, not the UDF's name."""
+    for call in node.find_all(exp.Anonymous):
+        name = str(call.this)
+        if name.lower().startswith(_BOUND_CALL_PREFIX):
+            written = call.meta.get("written_as") or "an AI function"
+            raise BindError(
+                f"{spelling}: the {what} hold an AI call ({written}); they are computed before the query's AI calls run",
+                hint="compute them in an earlier run (e.g. CREATE TABLE t AS SELECT ..., AI.GENERATE(...) ...), then read t here",
+            )
+
+
+def _refuse_tables_written_before(spelling: str, node: exp.Expression, what: str) -> None:
+    written = WRITTEN_BEFORE.get()
+    if not written:
+        return
+    for table in node.find_all(exp.Table):
+        number = written.get(table.name.lower())
+        if number is not None:
+            raise BindError(
+                f"{spelling}: the {what} read table {table.name!r}, which statement {number} of this script changes; "
+                f"they are computed before the script runs and would see it as it was",
+                hint="run the statements that change it first (an earlier aisql run), or write the values in the call",
+            )
 
 
 def check_labels(spelling: str, labels: Sequence[str | None]) -> tuple[str, ...]:
@@ -191,6 +229,7 @@ def read_examples(spelling: str, node: exp.Expression) -> str:
     examples as one DuckDB query (its columns named like the prompt's placeholders, plus
     `label`), run when the call's node starts (aisql.executor.decisions)."""
     hint = "e.g. examples => (SELECT review, label FROM labelled), [{'review': 'Loved it', 'label': TRUE}] or [('Loved it', TRUE)]"
+    _refuse_ai_calls(spelling, node, "examples")  # labels the model would have to answer first
     if isinstance(node, exp.Subquery):
         node = node.this
     if isinstance(node, exp.Query):

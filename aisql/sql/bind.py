@@ -77,6 +77,7 @@ def bind_statement(
         except AisqlError as err:
             raise _at(err, source, raw.node) from None
         bound = exp.Anonymous(this=call.function_name, expressions=[exp.cast(a.copy(), VARCHAR) for a in call.args])
+        bound.meta["written_as"] = raw.spelling  # what the user wrote, for errors that meet the bound call
         _replace_call(raw.node, bound)
         calls.append(call)
     for node in ast.walk():
