@@ -252,3 +252,18 @@ def test_explain_says_what_sets_the_rule(make_connection):
     )
     data = con.explain(f"SELECT id, AI.IF({PROMPT}, {{'calibration': 'content_free'}}) FROM reviews").to_dict()
     assert data["statements"][0]["ai_nodes"][0]["decision"].startswith("content-free calibration: 3 more prompts")
+
+
+def test_a_decimal_score_label_is_a_number_on_the_scale(make_connection):
+    """DuckDB reads 4.5 as DECIMAL: an AI.SCORE example label of 4.5 is 4.5 (issue 58: it was
+    refused with a message that contradicted itself)."""
+    con = make_connection()
+    sql = (
+        "SELECT id, AI.SCORE(PROMPT('Rate {review} from 1 to 5'), examples => (SELECT review, CASE WHEN id % 2 = 0 THEN 4.5 ELSE 1.5 END AS label "
+        "FROM reviews WHERE id <= 8)) AS s FROM reviews WHERE id > 8 ORDER BY id"
+    )
+    result = con.run(sql)
+    assert result.stats.nodes[0].decision["per_label"] == {"1.5": 4, "4.5": 4}
+    naive = con.run(sql, naive=True).table.to_pylist()
+    assert [r["id"] for r in result.table.to_pylist()] == [r["id"] for r in naive]
+    assert [r["s"] for r in result.table.to_pylist()] == pytest.approx([r["s"] for r in naive], abs=1e-4)  # float32 batching

@@ -84,9 +84,14 @@ def _columns_for(call: AICall, columns: list[str]) -> list[str]:
     else in order beside `label` where that cannot swap two of them (one argument, or arguments
     that are not columns)."""
     by_name = {c.lower(): c for c in columns}
+    names = [arg.name.lower() if isinstance(arg, exp.Column) else None for arg in call.args]
+    if "label" in names:
+        raise ExamplesError(
+            "examples: the prompt reads a column named label, the name the examples keep for their answers",
+            hint="rename that column where the query reads it (e.g. SELECT label AS review_text ...) and in the examples",
+        )
     if "label" not in by_name:
         raise ExamplesError(f"examples: no column named label (columns: {', '.join(columns)})", hint="name the examples' answer column label")
-    names = [arg.name.lower() if isinstance(arg, exp.Column) else None for arg in call.args]
     if names and all(n is not None and n in by_name for n in names):
         return [by_name[n] for n in names]
     others = [c for c in columns if c.lower() != "label"]

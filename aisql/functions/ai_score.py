@@ -20,6 +20,7 @@ the model's own system message, the reply begun "The score is:", each value scor
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import math
 import re
 from dataclasses import dataclass
@@ -171,9 +172,12 @@ class AiScore(AIFunction):
 
     def example_label(self, task: Task, value: Any) -> float:
         low, high = int(task.labels[0]), int(task.labels[-1])
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high:
+        if isinstance(value, decimal.Decimal) and value.is_finite():  # DuckDB's 4.5 is DECIMAL(2,1)
+            value = float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and low <= value <= high:
             return float(value)
-        raise ValueError(f"a label of this AI.SCORE is a number from {low} to {high}, got {value!r}")
+        shown = value if isinstance(value, (int, float, str)) and not isinstance(value, bool) else repr(value)
+        raise ValueError(f"a label of this AI.SCORE is a number from {low} to {high}, got {shown}")
 
     def fit_decision(self, task: Task, rows: Sequence[Sequence[float]], labels: Sequence[float]) -> Decision:
         if len(set(labels)) < 2:
