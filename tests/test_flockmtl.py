@@ -172,3 +172,29 @@ def test_named_prompts_live_across_a_connections_statements(make_connection):
     assert _rows(named) == _rows(make_connection().run(NATIVE_FILTER))
     with pytest.raises(AisqlError, match="no prompt named 'eco'"):
         make_connection().run(FILTER.replace("{'prompt': 'Is this product eco-friendly?'}", "{'prompt_name': 'eco'}"))
+
+
+@pytest.mark.parametrize("function", ["llm_first", "llm_last"])
+def test_a_row_never_scored_is_never_first_or_last(make_connection, function):
+    """Issue 58, cause 11: a row whose context is NULL has no relevance (AI.SCORE of NULL is NULL);
+    llm_first / llm_last pick among the scored rows only, and a group with no scored row is NULL —
+    however the unscored row's text compares (the NULL relevance sorted above every number)."""
+    import json
+
+    con = make_connection()
+    con.duckdb.execute(
+        "CREATE TABLE items AS SELECT * FROM (VALUES (1, 'g', 'bamboo toothbrush'), (2, 'g', NULL), (3, 'g', 'plastic straw'), "
+        "(4, 'h', NULL), (5, 'h', NULL)) t(id, grp, name)"
+    )
+    ranked = "{'model_name': 'gpt-4o'}, {'prompt': 'eco-friendly', 'context_columns': [{'data': name}]}"
+    rows = con.run(f"SELECT grp, {function}({ranked}) AS r FROM items GROUP BY grp ORDER BY grp").table.to_pylist()
+    scored = con.run(
+        "SELECT name, AI.SCORE(PROMPT('Rate from 1 to 10 how relevant this row is to: eco-friendly\n\nname: {0}', name), "
+        "{'scale': [1, 10]}) AS s FROM items WHERE grp = 'g'"
+    ).table.to_pylist()
+    assert [r["s"] is None for r in scored] == [r["name"] is None for r in scored]
+    named = sorted((r for r in scored if r["s"] is not None), key=lambda r: (-r["s"], json.dumps({"name": r["name"]})))
+    expected = named[0] if function == "llm_first" else named[-1]
+    assert json.loads(rows[0]["r"]) == {"name": expected["name"]}
+    assert rows[1] == {"grp": "h", "r": None}
+    assert rows == con.run(f"SELECT grp, {function}({ranked}) AS r FROM items GROUP BY grp ORDER BY grp", naive=True).table.to_pylist()

@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import sqlglot
 from sqlglot import exp
 
 from aisql.errors import BindError
@@ -256,7 +257,16 @@ def _ranking(name: str, text: str, columns, named: str | None, at, call) -> exp.
         exp.PropertyEQ(this=exp.to_identifier("relevance"), expression=score),
         exp.PropertyEQ(this=exp.to_identifier("row"), expression=exp.Cast(this=row.copy(), to=exp.DataType.build("VARCHAR"))),
     ])
-    return exp.Anonymous(this="arg_max" if name == "llm_first" else "arg_min", expressions=[row, key])
+    return exp.Anonymous(this="arg_max" if name == "llm_first" else "arg_min", expressions=[row, _scored_only(key)])
+
+
+def _scored_only(key: exp.Expression) -> exp.Expression:
+    """The ranking key, NULL where the row has no relevance (a NULL input is never scored):
+    arg_max / arg_min skip a NULL key, but a struct whose relevance is NULL is not NULL and sorts
+    above every number, so an unscored row would be llm_first's answer. The key is written once
+    (filtered through a one-element list) so its AI call is asked once per row."""
+    kept = sqlglot.parse_one("list_filter([__key__], lambda k: k.relevance IS NOT NULL)[1]", read="duckdb")
+    return kept.transform(lambda node: key if isinstance(node, exp.Column) and node.name == "__key__" else node)
 
 
 def _scale() -> exp.Expression:
