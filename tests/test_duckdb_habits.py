@@ -202,3 +202,21 @@ def test_output_all_writes_every_result(tmp_path):
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in target.iterdir()) == ["statement_1.parquet", "statement_3.parquet"]
     assert pq.read_table(target / "statement_3.parquet").to_pylist() == [{"b": 2}]
+
+
+def test_prepared_statements_run_and_never_hide_an_ai_call(tiny_engine):
+    """Issue 58, cause 14: PREPARE / EXECUTE without AI calls is DuckDB's as ever; an AI call in a
+    prepared body (which sqlglot reads as an opaque command) is refused at its position, before
+    anything runs — and the connection stays usable."""
+    con = aisql.Connection(engine=tiny_engine, cache=False)
+    con.duckdb.execute("CREATE TABLE t AS SELECT * FROM (VALUES (1, 'a tent'), (2, 'a kettle')) v(id, x)")
+    assert con.run("PREPARE q AS SELECT x FROM t WHERE id = $1;\nEXECUTE q(2);").table.to_pylist() == [{"x": "a kettle"}]
+    for body, spelling, line, col in [
+        ("PREPARE p AS SELECT AI.IF(PROMPT('Is {0} useful?', x)) FROM t", "AI.IF", 1, 21),
+        ("/* c */ PREPARE p(INT) AS\nSELECT x FROM t WHERE AI.SCORE(PROMPT('{0}', x)) > $1", "AI.SCORE", 2, 23),
+        ("prepare p as select AI_CLASSIFY(x, ['a', 'b']) from t", "AI_CLASSIFY", 1, 21),
+    ]:
+        with pytest.raises(aisql.AisqlError, match=f"{spelling.replace('.', '[.]')} cannot be in a prepared statement") as err:
+            con.run(body)
+        assert (err.value.line, err.value.col) == (line, col), body
+    assert con.run("SELECT count(*) AS n FROM t").table.to_pylist() == [{"n": 2}]

@@ -9,12 +9,17 @@ the planner's and executor's business.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+import sqlglot
 from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
 
 from aisql.errors import AisqlError, BindError, TemplateError
 from aisql.sql.calls import AICall
+from aisql.sql.dialects import dialect_for
+from aisql.sql.flockmtl import NOT_YET, RANKING, TARGETS
 from aisql.sql.recognize import RawAICall, is_prompt_call, match_ai_call
 from aisql.sql.parse import Statement
 from aisql.sql.scopes import QueryScopes
@@ -49,6 +54,7 @@ def bind_statement(
     Calls are numbered ai_<first_call_number>, ... in order of appearance, so that ids stay unique
     across the statements of a script.
     """
+    _refuse_prepared_calls(statement, source)
     ast = statement.ast.copy()
     _copy_meta(statement.ast, ast)
     _lift_dotted_filters(ast)
@@ -216,6 +222,50 @@ def _bind_call(
         endpoint=vendor.endpoint,
         notes=vendor.notes,
     )
+
+
+_PREPARE_HEAD = re.compile(
+    r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*PREPARE\s+(?:\"(?:[^\"]|\"\")*\"|[^\s(]+)\s*(?:\([^)]*\))?\s*AS\b",
+    re.IGNORECASE | re.DOTALL,
+)
+_FLOCKMTL_NAMES = frozenset(TARGETS) | frozenset(RANKING) | frozenset(NOT_YET)
+
+
+def _refuse_prepared_calls(statement: Statement, source: SourceText) -> None:
+    """`PREPARE name AS query`: DuckDB keeps the query and runs it at each EXECUTE, where aisql
+    neither plans nor answers it — and sqlglot reads the body as an opaque command, so its AI
+    calls would go unseen (neither run nor refused). Read the body here and refuse an AI call in
+    it, at its own position."""
+    ast = statement.ast
+    if not (isinstance(ast, exp.Command) and ast.name.upper() == "PREPARE"):
+        return
+    head = _PREPARE_HEAD.match(statement.text)
+    if head is None:
+        return  # DuckDB reports what it cannot read
+    body = statement.text[head.end():]
+    try:
+        trees = sqlglot.parse(body, read=dialect_for(statement.dialect))
+    except (ParseError, TokenError):
+        return
+    for tree in trees:
+        for node in tree.walk() if tree is not None else ():
+            try:
+                raw = match_ai_call(node)
+                spelling = raw.spelling if raw is not None else None
+            except AisqlError:
+                spelling = node.sql(dialect="duckdb")[:40]
+            if spelling is None and isinstance(node, exp.Anonymous) and node.name.lower() in _FLOCKMTL_NAMES:
+                spelling = node.name
+            if spelling is None:
+                continue
+            start = node_start(node)
+            line, col = source.line_col(statement.start + head.end() + (start or 0))
+            raise BindError(
+                f"{spelling} cannot be in a prepared statement: DuckDB runs the prepared query at EXECUTE, where aisql does not answer AI calls",
+                line=line,
+                col=col,
+                hint="run the query itself; to give it values, use parameters ($1, ?) with --param 1=VALUE on the command line or con.run(sql, params=[...]) in Python",
+            )
 
 
 _STORED_KINDS = {"VIEW": "a view", "MACRO": "a macro", "FUNCTION": "a function", "INDEX": "an index", "TYPE": "a type"}
