@@ -198,3 +198,57 @@ def test_a_row_never_scored_is_never_first_or_last(make_connection, function):
     assert json.loads(rows[0]["r"]) == {"name": expected["name"]}
     assert rows[1] == {"grp": "h", "r": None}
     assert rows == con.run(f"SELECT grp, {function}({ranked}) AS r FROM items GROUP BY grp ORDER BY grp", naive=True).table.to_pylist()
+
+
+def test_resource_statements_after_comments_and_with_quoted_names(make_connection):
+    """Issue 58, cause 10: FlockMTL's statements are recognised as written in a script — after a
+    comment (line or block), a secret with a quoted name — and a later use finds the prompt."""
+    con = make_connection()
+    result = con.run(
+        "-- the secret for the API\nCREATE SECRET \"my key\" (TYPE OPENAI, API_KEY 'k');\n"
+        "/* the question */ CREATE PROMPT('eco', 'Is this product ' || 'eco-friendly?');\n"
+        "-- first\n-- second\nUPDATE PROMPT('eco', 'Is this product cheap?');\n"
+        + FILTER.replace("{'prompt': 'Is this product eco-friendly?'}", "{'prompt_name': 'eco', 'version': 1}")
+    )
+    assert [table.to_pylist() for _, table in result.results[:3]] == [
+        [{"flockmtl": "secret of type OPENAI ignored"}], [{"flockmtl": "prompt 'eco' version 1"}], [{"flockmtl": "prompt 'eco' version 2"}],
+    ]
+    assert _rows(result) == _rows(make_connection().run(NATIVE_FILTER))
+    assert con.run("-- which?\nGET PROMPT 'eco'").table.to_pylist() == [{"flockmtl": "Is this product cheap?"}]
+
+
+@pytest.mark.parametrize(
+    "statement, shown",
+    [
+        ("CREATE PROMPT('eco', 'Is this ' || name)", "name"),
+        ("CREATE PROMPT('eco', concat('a', 'b'))", "CONCAT('a', 'b')"),
+        ("UPDATE PROMPT('eco', 42)", "42"),
+    ],
+)
+def test_a_prompt_text_that_is_not_text_is_refused_not_half_read(make_connection, statement, shown):
+    """Issue 58, cause 10: CREATE PROMPT('q', 'a' || 'b') stored 'a' (only the first quoted piece
+    was read); now the arguments are read as DuckDB reads them — concatenated literals are one
+    text, anything else one error naming it and its position, and nothing is stored."""
+    con = make_connection()
+    with pytest.raises(AisqlError, match="its arguments are text in quotes") as err:
+        con.run(f"SELECT 1;\n  {statement};")
+    assert shown in err.value.message and (err.value.line, err.value.col) == (2, 3)
+    with pytest.raises(AisqlError, match="no prompt named 'eco'"):
+        con.run(FILTER.replace("{'prompt': 'Is this product eco-friendly?'}", "{'prompt_name': 'eco'}"))
+
+
+def test_braces_in_a_context_columns_name_are_text(make_connection):
+    """Issue 58, cause 10: a context column named '{price}' is shown to the model as '{price}: ...',
+    never a placeholder that reads the price column (or fails on a name that is not a column)."""
+    sql = (
+        "SELECT id FROM products WHERE id <= 6 AND llm_filter({'model_name': 'gpt-4'}, {'prompt': 'Cheap {or} not?', "
+        "'context_columns': [{'data': name, 'name': 'the {price}'}, {'data': description, 'name': '{nothing}}'}]})"
+    )
+    native = (
+        "SELECT id FROM products WHERE id <= 6 AND "
+        "AI.IF(PROMPT('Cheap {{or}} not?\n\nthe {{price}}: {0}\n{{nothing}}}}: {1}', name, description))"
+    )
+    flock, plain = make_connection().run(sql), make_connection().run(native)
+    assert _rows(flock) == _rows(plain)
+    assert flock.stats.nodes[0].function.split("(", 1)[1] == plain.stats.nodes[0].function.split("(", 1)[1]
+    assert "the {{price}}: {0}" in flock.stats.nodes[0].function

@@ -46,10 +46,11 @@ NOT_YET = ("llm_complete_json", "llm_reduce_json", "fusion_relative", "fusion_rr
 RELEVANCE = "Rate from 1 to 10 how relevant this row is to: {prompt}"
 AI_SECRET_TYPES = ("openai", "ollama", "azure_llm", "azure", "anthropic")
 
+_LEADING = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)  # blanks and comments before a statement
 _RESOURCE = re.compile(r"^\s*(CREATE|UPDATE|DELETE)\s+(?:(?:GLOBAL|LOCAL)\s+)?(PROMPT|MODEL)\s*\((.*)\)\s*;?\s*$", re.IGNORECASE | re.DOTALL)
 _BARE = re.compile(r"^\s*(DELETE|UPDATE|GET)\s+(PROMPTS?|MODELS?)\b\s*('(?:[^']|'')*')?(\s+TO\s+(?:GLOBAL|LOCAL))?\s*;?\s*$", re.IGNORECASE)
 _SECRET = re.compile(
-    r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:(?:PERSISTENT|TEMPORARY)\s+)?SECRET\b(?:\s+IF\s+NOT\s+EXISTS)?(?:\s+\w+)?\s*\(\s*TYPE\s+'?(\w+)'?",
+    r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:(?:PERSISTENT|TEMPORARY)\s+)?SECRET\b(?:\s+IF\s+NOT\s+EXISTS)?(?:\s*\"(?:[^\"]|\"\")*\"|\s+\w+)?\s*\(\s*TYPE\s+'?(\w+)'?",
     re.IGNORECASE,
 )
 _STRING = re.compile(r"'((?:[^']|'')*)'")
@@ -66,13 +67,16 @@ class FlockResources:
     def take_statement(self, text: str) -> str | None:
         """What `text` did, if it is a FlockMTL resource statement (taken here, not run); None
         for any other statement."""
+        text = text[code_start(text):]
         secret = _SECRET.match(text)
         if secret and secret.group(1).lower() in AI_SECRET_TYPES:
             self.notes.append(f"CREATE SECRET (TYPE {secret.group(1).upper()}) ignored: aisql runs its own model and reads no key")
             return f"secret of type {secret.group(1).upper()} ignored"
         found = _RESOURCE.match(text)
         if found:
-            return self._take(found.group(1).upper(), found.group(2).upper(), [v.replace("''", "'") for v in _STRING.findall(found.group(3))])
+            kind = found.group(2).upper()
+            values = _text_arguments(found.group(3), f"{found.group(1).upper()} {kind}") if kind == "PROMPT" else [v.replace("''", "'") for v in _STRING.findall(found.group(3))]
+            return self._take(found.group(1).upper(), kind, values)
         bare = _BARE.match(text)
         if bare:
             name = [bare.group(3)[1:-1].replace("''", "'")] if bare.group(3) else []
@@ -109,8 +113,40 @@ class FlockResources:
         return versions[version - 1]
 
 
+def code_start(text: str) -> int:
+    """Where a statement's own text begins: after the blanks and comments written before it (so
+    `-- the prompt` above `CREATE PROMPT(...)` is still FlockMTL's statement)."""
+    return _LEADING.match(text).end()
+
+
+def _text_arguments(inner: str, statement: str) -> list[str]:
+    """The values of `'name', 'text'` as DuckDB would read them: each argument a string literal
+    or a concatenation of them ('a' || 'b'); anything else refused rather than half-read."""
+    try:
+        parsed = sqlglot.parse_one(f"SELECT {inner}", read="duckdb")
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
+        parsed = None
+    if not isinstance(parsed, exp.Select):
+        raise BindError(f"{statement}: cannot read its arguments ({inner.strip()[:60]})", hint=f"{statement}('name', 'text')")
+    return [_constant_text(argument, statement) for argument in parsed.expressions]
+
+
+def _constant_text(node: exp.Expression, statement: str) -> str:
+    if isinstance(node, exp.Literal) and node.is_string:
+        return node.this
+    if isinstance(node, exp.DPipe):
+        return _constant_text(node.this, statement) + _constant_text(node.expression, statement)
+    if isinstance(node, exp.Paren):
+        return _constant_text(node.this, statement)
+    raise BindError(
+        f"{statement}: its arguments are text in quotes, got {node.sql(dialect='duckdb')[:60]}",
+        hint=f"{statement}('name', 'text') — 'a' || 'b' is read as 'ab'; a column or a function is not read",
+    )
+
+
 def is_resource(text: str) -> bool:
     """Is `text` one of FlockMTL's resource statements (no side effect)?"""
+    text = text[code_start(text):]
     secret = _SECRET.match(text)
     if secret:
         return secret.group(1).lower() in AI_SECRET_TYPES
@@ -219,7 +255,8 @@ def _prompt_text(prompt: dict, resources: FlockResources, name: str, at, call) -
 def _prompt(text: str, columns: list[tuple[str, exp.Expression]]) -> exp.Expression:
     """PROMPT('<text>\n\nname: {0}\n...', values...): the prompt, then the row's columns."""
     escaped = text.replace("{", "{{").replace("}", "}}")
-    lines = "\n".join(f"{column}: {{{i}}}" for i, (column, _) in enumerate(columns))
+    # A column's name is text too: '{x}' in a name is shown as written, never a placeholder.
+    lines = "\n".join(f"{column.replace('{', '{{').replace('}', '}}')}: {{{i}}}" for i, (column, _) in enumerate(columns))
     template = exp.Literal.string(escaped + ("\n\n" + lines if lines else ""))
     return exp.Anonymous(this="PROMPT", expressions=[template] + [value.copy() for _, value in columns])
 
