@@ -65,3 +65,24 @@ def test_a_bad_entry_is_one_line(entry):
 
     done = CliRunner().invoke(main, ["run", "--model", "tiny", "--no-cache", "--model-map", entry, "-e", "SELECT 1"])
     assert done.exit_code != 0 and "--model-map" in done.output and "NAME=MODEL" in done.output and "Traceback" not in done.output
+
+
+def test_explain_prices_a_mapped_call_as_its_model_runs_it(make_connection):
+    """Issue 58, cause 16: explain priced a --model-map call as the run's model (~2,000x too low
+    for a larger one). Each call is priced on the model that answers it: the mapped call as a run
+    of that model prices it, the others as the run's model — in one plan."""
+    from aisql.api import Connection
+
+    both = (
+        "SELECT id, AI.SCORE(PROMPT('Rate from 1 to 5 how cheap this is: {0}', name), endpoint => 'gpt-4o') AS cheap, "
+        "AI.IF(PROMPT('Is {0} made of wood?', name)) AS wood FROM products WHERE id <= 12"
+    )
+    mapped = make_connection(model_map={"gpt-4o": "smollm2"}).explain(both).estimates[0]
+    tiny = make_connection().explain(both).estimates[0]
+    with Connection(model="smollm2", cache=False) as con:
+        load_example_tables(con)
+        smollm2 = con.explain(both).estimates[0]
+    assert mapped.nodes[0].plan.flops == pytest.approx(smollm2.nodes[0].plan.flops)
+    assert mapped.nodes[0].plan.flops > 10 * tiny.nodes[0].plan.flops
+    assert mapped.nodes[1].plan.flops == pytest.approx(tiny.nodes[1].plan.flops)  # the unmapped call: the run's model
+    assert mapped.plan.usd == pytest.approx(smollm2.nodes[0].plan.usd + tiny.nodes[1].plan.usd)

@@ -48,21 +48,31 @@ def explain_script(
     with constants_from(constants_of(con)):
         statements = bind_script(source, dialect, params, resources)
     routes = check_endpoints(statements, session, model_map=model_map)
-    sampler = SampleEvaluator(session.answering()) if sample else None
-    stats = MeasuredStatistics(con, session.facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0, embedding_model=session.embedding_model)
-    profile = hardware_profile(hardware, price_per_hour, cpu_calibration)
-    measured = throughput.measured_here(profile, session)
-    profile = throughput.calibrated(profile, measured)
+    stats = _statistics(con, session, sample)
+    base_profile = hardware_profile(hardware, price_per_hour, cpu_calibration)
+    measured = throughput.measured_here(base_profile, session)
+    profile = throughput.calibrated(base_profile, measured)
     plans = [plan_statement(bound, PlanningContext(stats)) for bound in statements]
     has_ai = any(p.nodes for p in plans)
-    estimates = [estimate_plan(p, stats, profile) if p.nodes else None for p in plans]
+    estimates = [_priced(p, stats, profile, session) if p.nodes else None for p in plans]
+    # A call --model-map sends to another model is priced as that model runs it: its tokenizer,
+    # its size, its measured speed here, its own result-cache entries (the run's model would
+    # price a 1.5B model's calls at a tiny model's cost).
+    for spec in sorted(set(routes.by_call.values())):
+        other = session.proxy_session(spec)
+        other_stats = _statistics(con, other, sample)
+        other_profile = throughput.calibrated(base_profile, throughput.measured_here(base_profile, other))
+        for p, e in zip(plans, estimates):
+            if e is None or not any(routes.by_call.get(n.call.function_name) == spec for n in p.nodes):
+                continue
+            theirs = _priced(p, other_stats, other_profile, other)
+            e.nodes = [
+                theirs.nodes[i] if routes.by_call.get(node.call.function_name) == spec else est
+                for i, (node, est) in enumerate(zip(p.nodes, e.nodes))
+            ]
     cache_note = None
-    if has_ai:
-        fingerprint = session.known_fingerprint()
-        if fingerprint is None:
-            cache_note = "result cache not consulted: this model's numerics (--dtype auto) are measured by its first run"
-        else:
-            estimates = [_less_cached(p, e, stats, session.store, fingerprint) if e else None for p, e in zip(plans, estimates)]
+    if has_ai and session.known_fingerprint() is None:
+        cache_note = "result cache not consulted: this model's numerics (--dtype auto) are measured by its first run"
     model = session.model_name() if has_ai else None  # its name as the user gave it, not a cache path
     all_cached = has_ai and all(
         est.cached_share == 1.0 for e in estimates if e for est in e.nodes if est.quality == "estimate"
@@ -84,6 +94,20 @@ def explain_script(
     if workers:
         explanation.shard_plans = _shard_plans(plans, estimates, stats, workers, checkpoint_every)
     return explanation
+
+
+def _statistics(con: duckdb.DuckDBPyConnection, session: ModelSession, sample: int) -> MeasuredStatistics:
+    """What the planner knows of the data, counted in `session`'s model's tokens (and, with
+    --sample, its answers)."""
+    sampler = SampleEvaluator(session.answering()) if sample else None
+    return MeasuredStatistics(con, session.facts, sampler=sampler, sample_size=sample or 32, min_sampling_ratio=0.0, embedding_model=session.embedding_model)
+
+
+def _priced(plan, stats: MeasuredStatistics, profile, session: ModelSession):
+    """The plan's estimate on `session`'s model, less what its result cache already holds."""
+    estimate = estimate_plan(plan, stats, profile)
+    fingerprint = session.known_fingerprint()
+    return _less_cached(plan, estimate, stats, session.store, fingerprint) if fingerprint is not None else estimate
 
 
 def _load_figure(session: ModelSession, measured, has_ai: bool) -> tuple[float | None, int | None]:
