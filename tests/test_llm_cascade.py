@@ -325,3 +325,45 @@ def test_unload_frees_the_oracle_and_its_proxies(tmp_path, perturbed_tiny):
     assert not con.session.loaded and not proxy.loaded
     assert con.session.engine is not oracle_engine and con.session.proxy_session(perturbed_tiny) is not proxy
     del proxy_engine
+
+
+@pytest.mark.slow  # the proxy scores 480 prompts
+def test_a_proxys_prompts_count_against_the_runs_budget(tmp_path, tiny_engine, perturbed_tiny):
+    """Issue 58, cause 17: the proxy LLM's prompts escaped --max-prompts (the proxy took its own
+    options, without the run's budget). They are paid for: a limit the plan fits (480 prompts)
+    but the proxy's 480 and the oracle's answers together cross stops the run at the limit, with
+    what was answered kept; a rerun with room asks only the rest."""
+    import aisql
+    from aisql.executor.budget import BudgetExceeded
+
+    con = aisql.connect(engine=tiny_engine, cache=str(tmp_path / "cache.db"), dtype="float32")
+    con.sql(REVIEWS)
+    options = f"{{'proxy': '{perturbed_tiny}', 'recall': 0.8, 'precision': 0.8, 'delta': 0.1, 'sample': 160}}"
+    sql = f"SELECT i FROM r WHERE AI.IF(PROMPT('Is this review positive? {{0}}', txt), {options}) ORDER BY i"
+    with pytest.raises(BudgetExceeded, match="stopped after 500 new prompts"):
+        con.run(sql, max_prompts=500, checkpoint_every=60)
+    store = con.session.store
+    proxy_key, oracle_key = con.session.proxy_session(perturbed_tiny).fingerprint(), con.session.fingerprint()
+    proxy_kept = sum(_count(store, k) for k in _keys(store) if proxy_key in k)
+    oracle_kept = sum(_count(store, k) for k in _keys(store) if oracle_key in k)
+    assert proxy_kept + oracle_kept == 500 and proxy_kept > 400  # every prompt paid for is kept, most of them the proxy's
+    resumed = con.run(sql)
+    assert resumed.stats.nodes[0].approximate["proxy_evaluated"] == 480 - proxy_kept  # only the rest
+    assert resumed.stats.nodes[0].prompts_cached > 0  # the oracle answers paid for are read back
+
+
+@pytest.mark.slow
+def test_a_proxy_reads_the_runs_overflow_mode(tiny_engine, perturbed_tiny):
+    """Issue 58, cause 17, the sibling: the proxy ignored --on-overflow; with 'truncate' a row
+    longer than the context is truncated for the proxy as for the oracle, never an error."""
+    import aisql
+    from aisql.executor.evaluate import ContextOverflow
+
+    con = aisql.connect(engine=tiny_engine, cache=False, dtype="float32")
+    con.sql(REVIEWS)
+    con.duckdb.execute("INSERT INTO r VALUES (480, ?)", ["lorem ipsum dolor sit amet " * 2000])
+    sql = f"SELECT i FROM r WHERE AI.IF(PROMPT('Is this review positive? {{0}}', txt), {{'proxy': '{perturbed_tiny}', 'sample': 160}}) ORDER BY i"
+    with pytest.raises(ContextOverflow, match="does not fit the model's context"):
+        con.run(sql)
+    done = con.run(sql, on_overflow="truncate")
+    assert done.stats.nodes[0].approximate["proxy_prompts"] == 481

@@ -528,8 +528,16 @@ class ProxyScorer:
         self.session = session
         self.task = task
         self.progress = (f"{node_id}-proxy", f"{description} [proxy {session.model_name()}]")
+        # The run's budget and overflow mode hold for the proxy's prompts as for the oracle's: its
+        # work is paid for too (--max-prompts, --max-cost), and its prompts are as long.
         self.answering = session.answering(
-            RunOptions(checkpoint_every=options.checkpoint_every, checkpoint_seconds=options.checkpoint_seconds, progress=options.progress)
+            RunOptions(
+                checkpoint_every=options.checkpoint_every,
+                checkpoint_seconds=options.checkpoint_seconds,
+                on_overflow=options.on_overflow,
+                budget=options.budget,
+                progress=options.progress,
+            )
         )
         self.scores: dict[str, float] = {}  # a pilot's rows are scored once, not again in the full pass
         self.seen: set[str] = set()
