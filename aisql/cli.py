@@ -109,6 +109,7 @@ def _connect(
 ):
     from aisql.api import Connection
     from aisql.engine.model.loader import EngineOptions
+    from aisql.executor.script import read_model_map
 
     if db and not Path(db).parent.exists():
         raise DataError(f"directory of database {db} does not exist")
@@ -120,7 +121,7 @@ def _connect(
         cache=cache,
         embed_model=embed_model,
         cluster=cluster,
-        model_map=list(model_map) or None,
+        model_map=read_model_map(list(model_map), spelled="--model-map") or None,
         warn=lambda message: stderr.print(f"[yellow]{_escape(message)}[/yellow]"),
     )
     con.quality_warnings = False  # said in the run's summary (aisql.output), not as Python warnings

@@ -67,6 +67,21 @@ def test_a_bad_entry_is_one_line(entry):
     assert done.exit_code != 0 and "--model-map" in done.output and "NAME=MODEL" in done.output and "Traceback" not in done.output
 
 
+def test_python_model_maps_are_read_as_python_writes_them(make_connection, other_model):
+    """Issue 58, cause 18: a model_map given as one 'NAME=MODEL' string was iterated character by
+    character, and its errors named the CLI's --model-map. Python's spellings: a dict, a
+    NAME=MODEL string, a list of them; errors say model_map and show a dict."""
+    one = make_connection(model_map=f"gpt-4o={other_model}").run(QUERY)
+    assert _answers(one) == _answers(make_connection(model_map={"gpt-4o": other_model}).run(QUERY))
+    assert _answers(make_connection(model_map=[f"GPT-4o={other_model}"]).run(QUERY)) == _answers(one)
+    for bad, said in [("gpt-4o", "model_map 'gpt-4o': write NAME=MODEL"), (42, "expected a dict {name: model} or NAME=MODEL texts, got int"),
+                      ([("gpt-4o", "tiny")], "is not NAME=MODEL text"), ({"gpt-4o": 3}, "is not a model name and a model")]:
+        with pytest.raises(AisqlError) as err:
+            make_connection(model_map=bad)
+        assert said in err.value.message and "--model-map" not in err.value.message + (err.value.hint or "")
+        assert "model_map={'gpt-4o'" in err.value.hint
+
+
 def test_explain_prices_a_mapped_call_as_its_model_runs_it(make_connection):
     """Issue 58, cause 16: explain priced a --model-map call as the run's model (~2,000x too low
     for a larger one). Each call is priced on the model that answers it: the mapped call as a run

@@ -96,23 +96,36 @@ class ModelRoutes:
     notes: list[str]
 
 
-def read_model_map(entries) -> dict[str, str]:
-    """`--model-map NAME=MODEL` entries (or a dict) as {name (lowercase): model spec}."""
-    if not entries:
+def read_model_map(entries, spelled: str = "model_map") -> dict[str, str]:
+    """Model-map entries as {name (lowercase): model spec}: a dict {name: model}, or `NAME=MODEL`
+    texts (the command line's --model-map, or one such text from Python — never read as its
+    characters). `spelled`: how the caller wrote the option (`--model-map` on the command
+    line, `model_map` in Python), for errors in the caller's own words."""
+    if entries is None or (isinstance(entries, (dict, list, tuple, str)) and not entries):
         return {}
-    pairs = entries.items() if isinstance(entries, dict) else [_map_entry(entry) for entry in entries]
+    if isinstance(entries, str):
+        entries = [entries]
+    example = "--model-map gpt-4o=qwen2.5-coder-0.5b" if spelled.startswith("--") else "model_map={'gpt-4o': 'qwen2.5-coder-0.5b'}"
+    if isinstance(entries, dict):
+        pairs = list(entries.items())
+    elif isinstance(entries, (list, tuple)):
+        pairs = [_map_entry(entry, spelled, example) for entry in entries]
+    else:
+        raise AisqlError(f"{spelled}: expected a dict {{name: model}} or NAME=MODEL texts, got {type(entries).__name__}", hint=f"e.g. {example}")
     mapped: dict[str, str] = {}
     for name, model in pairs:
         if not isinstance(name, str) or not isinstance(model, str) or not name.strip() or not model.strip():
-            raise AisqlError(f"model_map: {name!r} -> {model!r} is not a model name and a model", hint="e.g. --model-map gpt-4o=qwen2.5-coder-0.5b")
+            raise AisqlError(f"{spelled}: {name!r} -> {model!r} is not a model name and a model", hint=f"e.g. {example}")
         mapped[name.strip().lower()] = model.strip()
     return mapped
 
 
-def _map_entry(entry: str) -> tuple[str, str]:
-    name, equals, model = str(entry).partition("=")
+def _map_entry(entry, spelled: str, example: str) -> tuple[str, str]:
+    if not isinstance(entry, str):
+        raise AisqlError(f"{spelled}: {entry!r} is not NAME=MODEL text", hint=f"e.g. {example}")
+    name, equals, model = entry.partition("=")
     if not equals or not name.strip() or not model.strip():
-        raise AisqlError(f"--model-map {entry!r}: write NAME=MODEL", hint="e.g. --model-map gemini-2.0-flash=smollm2")
+        raise AisqlError(f"{spelled} {entry!r}: write NAME=MODEL", hint=f"e.g. {example}")
     return name, model
 
 
