@@ -48,7 +48,10 @@ def test_unmapped_names_are_the_runs_model_with_a_note_and_strict_refuses(make_c
     assert "'gpt-4o' named in the query is not this run's model" in err.value.message and err.value.line == 1
     assert make_connection(model_map={"gpt-4o": other_model}).run(QUERY, strict_models=True).table.num_rows == 12
     to_itself = make_connection(model_map={"gpt-4o": "tiny"}).run(QUERY)  # mapped to the run's model: no note
-    assert not any("gpt-4o" in note for note in to_itself.stats.notes) and _answers(to_itself) == _answers(plain)
+    assert not any("gpt-4o" in note for note in to_itself.stats.notes)
+    # The same model on the same engine, whose prefix cache is warm by now: float32 sums in another
+    # order on some CPUs (MKL blocks by the rows a pass computes), the same answers to 1e-6.
+    assert _answers(to_itself) == pytest.approx(_answers(plain), rel=1e-6)
 
 
 def test_explain_says_which_model_answers(make_connection, other_model):

@@ -421,3 +421,30 @@ def test_a_damaged_cache_file_is_one_clear_error(tmp_path: Path):
         assert result.exit_code == 1, result.output
         assert "is damaged" in result.stderr and "hint: move it aside or delete it" in result.stderr
         assert "Traceback" not in result.output and "DatabaseError" not in result.stderr
+
+
+@pytest.mark.parametrize("read_only", ["directory", "file"])
+def test_a_read_only_cache_is_said_as_such(tmp_path: Path, monkeypatch, read_only):
+    """Issue 58, cause 18: a read-only cache directory (or file) said SQLite's "unable to open
+    database file". It is one line naming the place and what to do, before anything runs. (Tests
+    run as root, for whom every file is writable: the permission is denied through os.access,
+    which is what the store asks.)"""
+    import os
+
+    from aisql.cli import main
+    from click.testing import CliRunner
+
+    import aisql.executor.cache as cache_module
+
+    cache = tmp_path / "ro" / "answers.sqlite"
+    cache.parent.mkdir()
+    if read_only == "file":
+        SqliteAnswerStore(cache).close()
+    denied = cache.parent if read_only == "directory" else cache
+    real_access = os.access
+    monkeypatch.setattr(cache_module.os, "access", lambda p, mode: False if Path(p) == denied and mode & os.W_OK else real_access(p, mode))
+    with pytest.raises(CacheError, match="cannot write the result cache .* is read-only"):
+        SqliteAnswerStore(cache)
+    done = CliRunner().invoke(main, ["run", "--model", "tiny", "--cache", str(cache), "-e", "SELECT AI.IF(PROMPT('Is {0} red?', 'a rose'))"])
+    assert done.exit_code == 1 and "Traceback" not in done.output and "unable to open" not in done.output
+    assert done.stderr.startswith("error: cannot write the result cache") and "--no-cache" in done.stderr

@@ -66,6 +66,7 @@ class SqliteAnswerStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise CacheError(f"cannot create the cache directory {self.path.parent}: {err.strerror or err}") from None
+        _refuse_unwritable(self.path)
         self._lock = threading.Lock()
         self._db = self._connect()
 
@@ -395,6 +396,23 @@ class SqliteAnswerStore:
 
 class CacheError(AisqlError):
     """The result cache cannot be opened or used."""
+
+
+def _refuse_unwritable(path: Path) -> None:
+    """The cache writes its file and, beside it, SQLite's log and shared-memory files: a
+    read-only file or directory is said as such, with what to do — not as SQLite's "unable to
+    open database file" after the run has started."""
+    directory = path.parent
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise CacheError(
+            f"cannot write the result cache in {directory}: the directory is read-only",
+            hint="give --cache a path in a directory you can write, or run with --no-cache",
+        )
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        raise CacheError(
+            f"cannot write the result cache file {path}: it is read-only",
+            hint="make it writable, give --cache another file, or run with --no-cache",
+        )
 
 
 def _file_identity(path: Path) -> tuple[int, int] | None:
