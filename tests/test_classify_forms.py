@@ -87,6 +87,23 @@ def test_multi_label_is_one_yes_no_per_category(con, dialect, sql):
     assert str(result.table.schema.field("c").type) == "list<l: string>" or "list" in str(result.table.schema.field("c").type)
 
 
+def test_each_categorys_node_is_named_with_its_category(con):
+    """Issue 58, cause 18: a multi-label call's nodes were named by their prompt, cut at 60
+    characters before the category's question: three nodes that read alike in the summary and its
+    warnings. Each is named with its category, in the user's spelling."""
+    sql = (
+        "SELECT id, AI_CLASSIFY(PROMPT('A long introduction about the post and its author, then the post itself: {0}', body), "
+        "['travel', 'cooking', 'sports'], {'output_mode': 'multi'}) AS c FROM posts ORDER BY id"
+    )
+    result = con.run(sql, dialect="snowflake")
+    names = [node.function for node in result.stats.nodes]
+    assert [name.split("(", 1)[0] for name in names] == ["AI_CLASSIFY['travel']", "AI_CLASSIFY['cooking']", "AI_CLASSIFY['sports']"]
+    from aisql.output import signal_lines
+
+    said = "\n".join(line for line, _ in signal_lines(result.stats))
+    assert all(f"AI_CLASSIFY['{c}']" in said for c in ("travel", "cooking", "sports"))
+
+
 @pytest.mark.parametrize(
     "sql, message",
     [

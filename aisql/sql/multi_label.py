@@ -71,7 +71,9 @@ def translate(ast: exp.Expression, at) -> None:
             if task:
                 question = f"{task}\n{question}"
             call = exp.Dot(this=exp.to_identifier("AI"), expression=exp.Anonymous(this="IF", expressions=[_prompt(text, question)] + _endpoint(endpoint)))
-            call.meta.update(node.meta, written_as=spelling)
+            # Named with its category (AI_CLASSIFY['travel']): each category's node is told apart in
+            # plans, the summary and warnings, where a long prompt's text is cut before its question.
+            call.meta.update(node.meta, written_as=f"{spelling}[{label!r}]")
             # CASE on the call (evaluated once): the label, '' for No, NULL where the input is NULL
             cases.append(exp.Case(this=call, ifs=[exp.If(this=exp.true(), true=exp.Literal.string(label)), exp.If(this=exp.false(), true=exp.Literal.string(""))]))
         replacement = _categories_that_apply(exp.Array(expressions=cases))
