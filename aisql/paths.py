@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -55,9 +56,35 @@ def build_directory_once(target: Path, build: Callable[[Path], None], what: str)
         except OSError:  # another process finished first
             if not (target / "config.json").exists():
                 raise
+    except Exception as err:  # noqa: BLE001 - only a full or read-only disk is translated
+        if not _disk_refused(err):
+            raise
+        raise ModelError(
+            f"cannot {what} in {target.parent}: {_disk_reason(err)}",
+            hint="free disk space, or set AISQL_CACHE_DIR to a disk with room",
+        ) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+
+
+def _disk_refused(err: BaseException) -> bool:
+    """A write the disk refused: an OSError of a full, over-quota or read-only disk, or a
+    serializer's own error carrying the OS's words (safetensors: "No space left on device (os
+    error 28)")."""
+    if isinstance(err, OSError) and err.errno in _DISK_ERRNOS:
+        return True
+    text = str(err)
+    return any(os.strerror(code) in text for code in _DISK_ERRNOS)
+
+
+def _disk_reason(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.errno in _DISK_ERRNOS:
+        return os.strerror(err.errno).lower()
+    return next(os.strerror(code).lower() for code in _DISK_ERRNOS if os.strerror(code) in str(err))
 
 
 def remove_abandoned_builds(target: Path) -> None:

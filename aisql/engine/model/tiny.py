@@ -55,10 +55,28 @@ def tiny_model_dir(config: TinyConfig = TinyConfig()) -> Path:
     target = cache_root() / "models" / f"tiny-{config.key()}"
     if (target / "config.json").exists():
         return target
+    _refuse_a_full_disk(target.parent, config)
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
     return build_directory_once(target, lambda staging: build_tiny_model(staging, config), "build the tiny model")
+
+
+def _refuse_a_full_disk(directory: Path, config: TinyConfig) -> None:
+    """The build writes float32 weights and a tokenizer (1.7 MB for the default config): checked
+    first, so a full disk is one line, not a serializer's error half way."""
+    from aisql.engine.model.gguf import free_disk_bytes
+    from aisql.errors import ModelError
+
+    vocab = config.model_vocab_size or config.vocab_size
+    per_layer = 4 * config.hidden_size**2 + 3 * config.hidden_size * config.intermediate_size
+    need = 4 * (2 * vocab * config.hidden_size + config.num_hidden_layers * per_layer) + 4 * 2**20
+    free = free_disk_bytes(directory)
+    if need > free:
+        raise ModelError(
+            f"cannot build the tiny model in {directory}: it needs about {need / 2**20:.0f} MB of disk, {free / 2**20:.1f} MB are free",
+            hint="free disk space, or set AISQL_CACHE_DIR to a disk with room",
+        )
 
 
 def build_tiny_model(directory: Path, config: TinyConfig = TinyConfig()) -> None:
