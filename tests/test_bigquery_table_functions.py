@@ -63,3 +63,42 @@ def test_generate_table_needs_an_output_schema(bq):
     with pytest.raises(AisqlError) as err:
         bq.run("SELECT * FROM AI.GENERATE_TABLE(MODEL `m`, TABLE `shop.reviews`, STRUCT(10 AS max_output_tokens))")
     assert "needs STRUCT('...' AS output_schema)" in err.value.message and err.value.line == 1
+
+
+def test_a_generation_over_another_generations_output(bq):
+    """Issue 58, cause 12: GENERATE_TEXT over GENERATE_TEXT reached DuckDB as BigQuery's text (the
+    outer call copied its input before the inner call was read). Innermost first: the answers are
+    those of AI.GENERATE over AI.GENERATE, planned as two nodes, equal to naive."""
+    inner = (
+        "AI.GENERATE_TEXT(MODEL `m`, (SELECT id, CONCAT('Summarize: ', review) AS prompt FROM shop.reviews), "
+        "STRUCT(TRUE AS flatten_json_output, 8 AS max_output_tokens))"
+    )
+    nested = (
+        "SELECT id, ml_generate_text_llm_result AS a FROM AI.GENERATE_TEXT(MODEL `m`, "
+        f"(SELECT id, CONCAT('Shorten: ', ml_generate_text_llm_result) AS prompt FROM {inner}), "
+        "STRUCT(TRUE AS flatten_json_output, 8 AS max_output_tokens)) ORDER BY id"
+    )
+    scalar = (
+        "SELECT id, AI.GENERATE(CONCAT('Shorten: ', AI.GENERATE(CONCAT('Summarize: ', review), max_tokens => 8)), max_tokens => 8) AS a "
+        "FROM shop.reviews ORDER BY id"
+    )
+    result = bq.run(nested)
+    assert result.table.to_pylist() == bq.run(scalar).table.to_pylist()
+    assert len(result.stats.nodes) == 2 and result.table.to_pylist() == bq.run(nested, naive=True).table.to_pylist()
+    table_over_text = (
+        "SELECT id, product FROM AI.GENERATE_TABLE(MODEL `m`, "
+        f"(SELECT id, CONCAT('Extract the product: ', ml_generate_text_llm_result) AS prompt FROM {inner}), "
+        "STRUCT('product STRING' AS output_schema, 16 AS max_output_tokens)) ORDER BY id"
+    )
+    assert [r["id"] for r in bq.run(table_over_text).table.to_pylist()] == [1, 2, 3]
+
+
+def test_settings_are_optional_and_must_be_a_struct(bq):
+    """Issue 58, cause 12, the sibling: GENERATE_TEXT over TABLE name without settings was an
+    internal error (sqlglot keeps False for the missing STRUCT); now BigQuery's defaults (the
+    unflattened JSON result). Settings that are not a STRUCT are one located error."""
+    bq.duckdb.execute("CREATE TABLE shop.prompts AS SELECT id, 'Summarize: ' || review AS prompt FROM shop.reviews")
+    plain = bq.run("SELECT id, ml_generate_text_result, ml_generate_text_status FROM AI.GENERATE_TEXT(MODEL `m`, TABLE shop.prompts) ORDER BY id")
+    assert plain.table.num_rows == 3 and {r["ml_generate_text_status"] for r in plain.table.to_pylist()} == {""}
+    with pytest.raises(AisqlError, match=r"AI.GENERATE_TABLE needs STRUCT\('...' AS output_schema\)"):
+        bq.run("SELECT * FROM AI.GENERATE_TABLE(MODEL `m`, TABLE shop.prompts)")

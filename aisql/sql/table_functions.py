@@ -34,7 +34,10 @@ READ = {"max_output_tokens": "max_tokens", "temperature": "temperature", "top_p"
 def translate(ast: exp.Expression, at) -> list[str]:
     """Rewrite the table-valued generation calls in `ast`, in place; the notes to say."""
     notes: list[str] = []
-    for node in list(ast.find_all(exp.GenerateText, exp.GenerateTable)):
+    # Innermost first: a generation over another's output (GENERATE_TEXT over GENERATE_TEXT) is
+    # rewritten inside its input before the outer call copies that input; outermost first would
+    # copy the inner call as BigQuery wrote it, and DuckDB would be handed BigQuery's text.
+    for node in reversed(list(ast.find_all(exp.GenerateText, exp.GenerateTable, bfs=False))):
         table = node.parent if isinstance(node.parent, exp.Table) else None
         spelling = f"{(table.text('db') or 'AI').upper()}.{'GENERATE_TABLE' if isinstance(node, exp.GenerateTable) else 'GENERATE_TEXT'}"
         where = _position(node, table, at)
@@ -70,9 +73,12 @@ def _position(node: exp.Expression, table: exp.Table | None, at) -> dict:
     return {}
 
 
-def _settings(spelling: str, struct: exp.Expression | None, position: dict) -> dict[str, exp.Expression]:
-    if struct is None:
+def _settings(spelling: str, struct, position: dict) -> dict[str, exp.Expression]:
+    """The STRUCT of settings by name; none written (sqlglot keeps False there) is no setting."""
+    if not isinstance(struct, exp.Expression):
         return {}
+    if not isinstance(struct, exp.Struct):
+        raise BindError(f"{spelling}: settings must be written as STRUCT(value AS name, ...), got {struct.sql(dialect='bigquery')[:40]}", **position)
     out = {}
     for item in struct.expressions:
         if isinstance(item, (exp.PropertyEQ, exp.Kwarg)):
