@@ -46,6 +46,8 @@ def prepare(
         return []
     ids = engine.encode_prompts(task.framing, list(texts))
     label_ids = encode_labels(engine.encode_label, engine.format.end_of_answer, task.labels, task.framing) if kind_of(task).labels else ()
+    if any(len(prompt) + max((len(label) for label in label_ids), default=1) > engine.info.max_context for prompt in ids):
+        _refuse_an_oversized_framing(engine, task, label_ids)
     items = [_fit(engine, task, text, prompt, label_ids, on_overflow) for text, prompt in zip(texts, ids)]
     if group_by is None:
         return sorted(items, key=lambda p: p.ids)
@@ -88,6 +90,26 @@ def _fit(engine: Engine, task: Task, text: str, prompt: tuple[int, ...], label_i
     raise ContextOverflow(
         f"a prompt of {len(prompt)} tokens does not fit the model's context of {limit} tokens: {preview!r}",
         hint="shorten the values in the prompt (e.g. left(col, 2000)), use --on-overflow truncate, or a model with a longer context",
+    )
+
+
+MIN_ROW_TOKENS = 32  # what a truncated prompt keeps of the row's own text, at the least
+
+
+def _refuse_an_oversized_framing(engine: Engine, task: Task, label_ids) -> None:
+    """A prompt over the context is the row's fault only when the call's own framing (its
+    instruction, its labels listed for the model) leaves room for a row: otherwise every row
+    overflows, and truncating would cut the row's text away entirely (the answer would no longer
+    depend on the row). Said as the call's, with or without --on-overflow truncate."""
+    framing = len(engine.encode_prompts(task.framing, [""])[0])
+    needed = max((len(label) for label in label_ids), default=1)
+    limit = engine.info.max_context
+    if framing + needed + MIN_ROW_TOKENS <= limit:
+        return
+    labels = f" (its {len(task.labels):,} labels are listed for the model)" if len(task.labels) > 2 else ""
+    raise ContextOverflow(
+        f"the call's own instruction takes {framing:,} tokens{labels} before any row's text: the model's context is {limit:,} tokens",
+        hint="fewer labels (classify in stages: a coarse AI.CLASSIFY first, then one per group), or a model with a longer context",
     )
 
 

@@ -300,9 +300,9 @@ class MeasuredStatistics:
             sampled=len(sample or []),
         )
 
-    def token_sequences(self, node: AINode) -> list[tuple[int, ...]] | None:
-        """Every distinct prompt of the node's AI-free input as the sequences the engine runs
-        (prompt, or prompt + each label's tail when scoring), when tokenizing them all takes
+    def token_sequences(self, node: AINode) -> list[tuple[tuple[int, ...], list[tuple[int, ...]]]] | None:
+        """Every distinct prompt of the node's AI-free input as the sequences the engine runs:
+        (prompt, the label tails scored after it — [()] when nothing is scored), when tokenizing them all takes
         about EXACT_SECONDS or less — measured on the first TIMING_PROMPTS with this model's
         tokenizer, on this machine; else None (the cost model then estimates from a sample).
         DuckDB counts the distinct prompts first: nothing is rendered for a node too big."""
@@ -332,7 +332,7 @@ class MeasuredStatistics:
             ids = ids + fmt.encode_prompts(task.framing, [node.call.template.render(values) for values, _ in rest])
         tails = [label[:-1] for label in encode_labels(self.facts.encode_label, fmt.end_of_answer, task.labels, task.framing)] if kind_of(task).labels else []
         tails = list(dict.fromkeys(tails)) or [()]
-        return [tuple(prompt) + tail for prompt in ids for tail in tails]
+        return [(tuple(prompt), tails) for prompt in ids]
 
     @staticmethod
     def _leading_growth(fmt, before: str, template, sample, shared: int) -> tuple[int, float, float]:

@@ -144,7 +144,7 @@ class AiClassify(AIFunction):
             for label in task.labels:
                 if value.strip().lower() == label.strip().lower():
                     return label
-        raise ValueError(f"a label must be one of {list(task.labels)}, got {value!r}")
+        raise ValueError(f"a label must be one of {arguments.shown_list(task.labels)}, got {value!r}")
 
     def fit_decision(self, task: Task, rows: Sequence[Sequence[float]], labels: Sequence[str]) -> Decision:
         if len(set(labels)) < 2:
@@ -155,9 +155,9 @@ class AiClassify(AIFunction):
         return isinstance(value, str) and value in task.labels
 
     def describe_options(self, options: ClassifyOptions) -> str:
-        described = f", {list(options.labels)}"
+        described = f", {arguments.shown_list(options.labels)}"
         if options.descriptions:
-            described += f", descriptions {list(options.descriptions)}"
+            described += f", descriptions {arguments.shown_list(options.descriptions)}"
         if options.task_description:
             described += f", task_description {options.task_description!r}"
         return described

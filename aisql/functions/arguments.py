@@ -171,7 +171,7 @@ def check_labels(spelling: str, labels: Sequence[str | None]) -> tuple[str, ...]
     seen: list[str] = []
     for label in labels:
         if label is None:
-            raise BindError(f"{spelling}: a label is NULL in {list(labels)}")
+            raise BindError(f"{spelling}: a label is NULL in {shown_list(labels)}")
         if not label.strip():
             raise BindError(f"{spelling}: a label is empty")
         if label in seen:
@@ -416,3 +416,14 @@ def read_sampling(spelling: str, named: dict[str, exp.Expression]) -> tuple[floa
     if not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise BindError(f"{spelling}: seed must be an integer from 0 to 2^63-1, got {seed!r}")
     return None if temperature == 0 else (temperature, top_p, seed)
+
+
+SHOWN_LABELS = 10  # labels a plan or a summary line shows; the rest are counted
+
+
+def shown_list(values: Sequence[str | None]) -> str:
+    """A list as a plan line shows it: the first few, then how many more (10,000 labels are
+    10,000 labels in the model's prompt, never in a summary line)."""
+    if len(values) <= SHOWN_LABELS + 2:
+        return repr(list(values))
+    return repr(list(values[:SHOWN_LABELS]))[:-1] + f", ... and {len(values) - SHOWN_LABELS:,} more]"

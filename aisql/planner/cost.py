@@ -298,7 +298,7 @@ def _estimate_prompts(plan, position, node, stats, hardware, cached_leading, cou
     sequences = getattr(stats, "token_sequences", lambda _: None)(node) if factor == 1.0 and node.stop_after is None else None
     exact = sequences is not None
     if exact:
-        planned_tokens = counted.insert_all(sequences) + decode_tokens(tokens, unique)
+        planned_tokens = sum(counted.insert_branches(prompt, tails) for prompt, tails in sequences) + decode_tokens(tokens, unique)
     naive_tokens = total * per_prompt + decode_tokens(tokens, total)
     model = stats.model
     plan_side = _side(unique, planned_tokens, _plan_flops(tokens, distinct, unique, shared_paid, model), hardware, model, tokens, batched=True)
