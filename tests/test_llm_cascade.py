@@ -302,7 +302,7 @@ def test_a_proxys_pilot_rows_are_scored_once_and_counted_once():
             return "fake-proxy"
 
     class Options:
-        checkpoint_every, checkpoint_seconds, progress = 256, 5.0, None
+        checkpoint_every, checkpoint_seconds, on_overflow, budget, progress = 256, 5.0, "error", None, None
 
     scorer = ProxyScorer(Session(), task=None, node_id="n1", description="AI.IF", options=Options())
     texts = [f"t{i}" for i in range(100)]
