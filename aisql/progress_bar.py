@@ -1,13 +1,18 @@
 """The CLI's live progress on stderr: one bar per AI node (rich), never on stdout.
 
 Shows prompts done / total, computed tokens per second, prompts answered from the result cache,
-and the time left. The executor only calls the `Progress` protocol; this is one drawing of it.
+the time spent and the time left. The time spent ticks on its own (rich redraws ten times a
+second), so a pass that answers nothing for a while — a remote server thinking, a long prefill —
+still shows the run is alive and for how long it has waited. The executor only calls the
+`Progress` protocol; this is one drawing of it.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
 
@@ -28,7 +33,8 @@ class _Cached(ProgressColumn):
 class RichProgress:
     """Implements aisql.executor.progress.Progress with rich bars on `console`."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, get_time: Callable[[], float] | None = None) -> None:
+        clock = {"get_time": get_time} if get_time is not None else {}  # a test's clock; rich's monotonic one else
         self._bars = Progress(
             TextColumn("{task.description}"),
             BarColumn(bar_width=16),
@@ -36,9 +42,11 @@ class RichProgress:
             TextColumn("prompts"),
             _TokensPerSecond(),
             _Cached(),
+            TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=console,
             transient=True,
+            **clock,
         )
         self._tasks: dict[str, int] = {}
 

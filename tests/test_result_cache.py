@@ -350,6 +350,24 @@ def test_progress_bar_draws_on_its_own_console():
     assert "prompts" in screen.getvalue()
 
 
+def test_progress_shows_time_waited_while_nothing_is_answered():
+    """Issue 58 (remote servers: progress while waiting): a request that takes a while answers
+    no prompt, so the bar alone would stand still; the time spent ticks on its own. Drawn with
+    the test's clock: 75 s with no answer shows 0:01:15."""
+    from rich.console import Console
+
+    from aisql.progress_bar import RichProgress
+
+    clock = [1000.0]
+    screen = io.StringIO()
+    bar = RichProgress(Console(file=screen, force_terminal=True, width=160), get_time=lambda: clock[0])
+    bar.start("n1", "AI.IF(...)", total=10, cached=0)
+    clock[0] += 75.0
+    bar._bars.refresh()
+    assert "0:01:15" in screen.getvalue()
+    bar.close()
+
+
 # ---- CLI ----------------------------------------------------------------------------------------
 
 
