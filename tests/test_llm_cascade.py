@@ -301,10 +301,9 @@ def test_a_proxys_pilot_rows_are_scored_once_and_counted_once():
         def model_name(self):
             return "fake-proxy"
 
-    class Options:
-        checkpoint_every, checkpoint_seconds, on_overflow, budget, progress = 256, 5.0, "error", None, None
+    from aisql.executor.answer_types import RunOptions
 
-    scorer = ProxyScorer(Session(), task=None, node_id="n1", description="AI.IF", options=Options())
+    scorer = ProxyScorer(Session(), task=None, node_id="n1", description="AI.IF", options=RunOptions(checkpoint_every=256, checkpoint_seconds=5.0))
     texts = [f"t{i}" for i in range(100)]
     assert scorer(texts[:10]) == {t: 0.5 for t in texts[:10]}
     assert scorer(texts) == {t: 0.5 for t in texts}

@@ -523,22 +523,15 @@ class ProxyScorer:
     answering path: its result cache key (its fingerprint), checkpoints and progress line."""
 
     def __init__(self, session, task: Task, node_id: str, description: str, options) -> None:
-        from aisql.executor.answer_types import RunOptions
+        import dataclasses
 
         self.session = session
         self.task = task
         self.progress = (f"{node_id}-proxy", f"{description} [proxy {session.model_name()}]")
-        # The run's budget and overflow mode hold for the proxy's prompts as for the oracle's: its
-        # work is paid for too (--max-prompts, --max-cost), and its prompts are as long.
-        self.answering = session.answering(
-            RunOptions(
-                checkpoint_every=options.checkpoint_every,
-                checkpoint_seconds=options.checkpoint_seconds,
-                on_overflow=options.on_overflow,
-                budget=options.budget,
-                progress=options.progress,
-            )
-        )
+        # The run's own options — its budget (the proxy's work is paid for too), overflow mode,
+        # checkpoints, progress — less what would make the proxy a cascade of its own. Derived,
+        # not listed: a list of fields copied is how the budget was once left behind.
+        self.answering = session.answering(dataclasses.replace(options, approximate=None, embeddings=None, proxies=None))
         self.scores: dict[str, float] = {}  # a pilot's rows are scored once, not again in the full pass
         self.seen: set[str] = set()
         self.counts = None  # summed over this node's calls
