@@ -228,6 +228,7 @@ _PREPARE_HEAD = re.compile(
     r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*PREPARE\s+(?:\"(?:[^\"]|\"\")*\"|[^\s(]+)\s*(?:\([^)]*\))?\s*AS\b",
     re.IGNORECASE | re.DOTALL,
 )
+_IMMEDIATE = re.compile(r"\s*IMMEDIATE\b", re.IGNORECASE)
 _FLOCKMTL_NAMES = frozenset(TARGETS) | frozenset(RANKING) | frozenset(NOT_YET)
 
 
@@ -237,6 +238,17 @@ def _refuse_prepared_calls(statement: Statement, source: SourceText) -> None:
     calls would go unseen (neither run nor refused). Read the body here and refuse an AI call in
     it, at its own position."""
     ast = statement.ast
+    if isinstance(ast, exp.Command) and ast.name.upper() == "EXECUTE" and _IMMEDIATE.match(str(ast.expression.this if isinstance(ast.expression, exp.Literal) else ast.expression or "")):
+        # BigQuery's dynamic SQL: a statement built as text at run time, which DuckDB cannot run and
+        # aisql cannot plan (its AI calls are not known until then).
+        head = len(statement.text) - len(statement.text.lstrip())
+        line, col = source.line_col(statement.start + head)
+        raise BindError(
+            "EXECUTE IMMEDIATE (SQL built as text at run time) is not supported: aisql plans a statement's AI calls before it runs",
+            line=line,
+            col=col,
+            hint="write the statement itself; to give it values, use parameters ($1, ?) with --param 1=VALUE",
+        )
     if not (isinstance(ast, exp.Command) and ast.name.upper() == "PREPARE"):
         return
     head = _PREPARE_HEAD.match(statement.text)
