@@ -252,3 +252,21 @@ def test_braces_in_a_context_columns_name_are_text(make_connection):
     assert _rows(flock) == _rows(plain)
     assert flock.stats.nodes[0].function.split("(", 1)[1] == plain.stats.nodes[0].function.split("(", 1)[1]
     assert "the {{price}}: {0}" in flock.stats.nodes[0].function
+
+
+def test_resource_statements_with_comments_between_their_words_and_other_string_spellings(make_connection):
+    """Issue 58, cause 10, more doors: a comment between the words, a trailing comment, a prompt in
+    $$...$$ or E'...', lower case; GET of a prompt never declared is one line (it was an internal
+    error)."""
+    con = make_connection()
+    said = con.run(
+        "create /* the eco one */ prompt('eco', $$Is this product$$ || E' eco-friendly?') -- v1\n;\n"
+        "CREATE\n-- a note\nPROMPT('cheap', 'Is this cheap?');\n"
+        "GET /* which */ PROMPT 'eco'"
+    )
+    assert [table.to_pylist() for _, table in said.results] == [
+        [{"flockmtl": "prompt 'eco' version 1"}], [{"flockmtl": "prompt 'cheap' version 1"}], [{"flockmtl": "Is this product eco-friendly?"}],
+    ]
+    with pytest.raises(AisqlError, match="GET PROMPT: no prompt named 'nope'") as err:
+        con.run("SELECT 1;\nGET PROMPT 'nope'")
+    assert err.value.line == 2

@@ -46,12 +46,19 @@ NOT_YET = ("llm_complete_json", "llm_reduce_json", "fusion_relative", "fusion_rr
 RELEVANCE = "Rate from 1 to 10 how relevant this row is to: {prompt}"
 AI_SECRET_TYPES = ("openai", "ollama", "azure_llm", "azure", "anthropic")
 
-_LEADING = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)  # blanks and comments before a statement
-_RESOURCE = re.compile(r"^\s*(CREATE|UPDATE|DELETE)\s+(?:(?:GLOBAL|LOCAL)\s+)?(PROMPT|MODEL)\s*\((.*)\)\s*;?\s*$", re.IGNORECASE | re.DOTALL)
-_BARE = re.compile(r"^\s*(DELETE|UPDATE|GET)\s+(PROMPTS?|MODELS?)\b\s*('(?:[^']|'')*')?(\s+TO\s+(?:GLOBAL|LOCAL))?\s*;?\s*$", re.IGNORECASE)
+# Blanks between a resource statement's words, as SQL allows them: spaces, /* block */ and -- line comments.
+_W = r"(?:\s|/\*.*?\*/|--[^\n]*(?:\n|$))"
+_LEADING = re.compile(rf"{_W}*", re.DOTALL)  # blanks and comments before a statement
+_RESOURCE = re.compile(
+    rf"^{_W}*(CREATE|UPDATE|DELETE){_W}+(?:(?:GLOBAL|LOCAL){_W}+)?(PROMPT|MODEL){_W}*\((.*)\){_W}*;?{_W}*$", re.IGNORECASE | re.DOTALL
+)
+_BARE = re.compile(
+    rf"^{_W}*(DELETE|UPDATE|GET){_W}+(PROMPTS?|MODELS?)\b{_W}*('(?:[^']|'')*')?({_W}+TO{_W}+(?:GLOBAL|LOCAL))?{_W}*;?{_W}*$", re.IGNORECASE | re.DOTALL
+)
 _SECRET = re.compile(
-    r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:(?:PERSISTENT|TEMPORARY)\s+)?SECRET\b(?:\s+IF\s+NOT\s+EXISTS)?(?:\s*\"(?:[^\"]|\"\")*\"|\s+\w+)?\s*\(\s*TYPE\s+'?(\w+)'?",
-    re.IGNORECASE,
+    rf"^{_W}*CREATE{_W}+(?:OR{_W}+REPLACE{_W}+)?(?:(?:PERSISTENT|TEMPORARY){_W}+)?SECRET\b(?:{_W}+IF{_W}+NOT{_W}+EXISTS)?"
+    rf"(?:{_W}*\"(?:[^\"]|\"\")*\"|{_W}+\w+)?{_W}*\({_W}*TYPE{_W}+'?(\w+)'?",
+    re.IGNORECASE | re.DOTALL,
 )
 _STRING = re.compile(r"'((?:[^']|'')*)'")
 
@@ -88,7 +95,11 @@ class FlockResources:
     def _take(self, verb: str, kind: str, values: list[str], scope: bool = False) -> str:
         if kind == "PROMPT":
             if verb == "GET":
-                return ", ".join(f"{name} (version {len(v)})" for name, v in self.prompts.items()) if not values else self.prompt(values[0], None)
+                if not values:
+                    return ", ".join(f"{name} (version {len(v)})" for name, v in self.prompts.items())
+                if values[0] not in self.prompts:
+                    raise BindError(f"GET PROMPT: no prompt named {values[0]!r}", hint="declare it first: CREATE PROMPT('name', 'text')")
+                return self.prompt(values[0], None)
             if scope:
                 return f"prompt {values[0]!r}: GLOBAL/LOCAL has no meaning here (prompts live for the connection)"
             if verb in ("CREATE", "UPDATE") and len(values) >= 2:
@@ -132,8 +143,8 @@ def _text_arguments(inner: str, statement: str) -> list[str]:
 
 
 def _constant_text(node: exp.Expression, statement: str) -> str:
-    if isinstance(node, exp.Literal) and node.is_string:
-        return node.this
+    if (isinstance(node, exp.Literal) and node.is_string) or isinstance(node, (exp.RawString, exp.ByteString)):
+        return node.this  # '...', $$...$$ and DuckDB's E'...' (escapes already read) are all text
     if isinstance(node, exp.DPipe):
         return _constant_text(node.this, statement) + _constant_text(node.expression, statement)
     if isinstance(node, exp.Paren):
