@@ -53,6 +53,7 @@ def translate(ast: exp.Expression, at) -> list[str]:
         if isinstance(node, exp.GenerateTable) and not any(k.this.name == "output_schema" for k in named):
             raise BindError(f"{spelling} needs STRUCT('...' AS output_schema)", **where, hint="e.g. STRUCT('name STRING, age INT64' AS output_schema)")
         source = node.expression
+        _needs_a_prompt_column(spelling, source, where)
         source = source.copy() if isinstance(source, exp.Subquery) else exp.Table(**{k: v.copy() for k, v in source.args.items() if v is not None and k in ("this", "db", "catalog")})
         call = exp.Dot(this=exp.to_identifier("AI"), expression=exp.Anonymous(this="GENERATE", expressions=[exp.column("prompt")] + named))
         call.meta.update(node.meta, written_as=spelling)
@@ -61,6 +62,23 @@ def translate(ast: exp.Expression, at) -> list[str]:
         replacement = outer.subquery(alias=table.alias if table is not None and table.alias else None)
         (table if table is not None else node).replace(replacement)
     return notes
+
+
+def _needs_a_prompt_column(spelling: str, source: exp.Expression, where: dict) -> None:
+    """BigQuery reads each input row's `prompt` column. A query written as the input that has
+    none (and no `*` that might bring one) is said here, at the call — DuckDB would say
+    'Referenced column "prompt" not found' with no position. (A TABLE's columns are DuckDB's to
+    check when the query runs.)"""
+    query = source.this if isinstance(source, exp.Subquery) else None
+    if not isinstance(query, exp.Select) or any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)) for e in query.expressions):
+        return
+    names = [e.alias_or_name for e in query.expressions]
+    if "prompt" not in {n.lower() for n in names}:
+        raise BindError(
+            f"{spelling}: its input query has no column named prompt (it has {', '.join(names[:5])}{', ...' if len(names) > 5 else ''})",
+            **where,
+            hint="name the text to send: SELECT ..., CONCAT(...) AS prompt FROM ...",
+        )
 
 
 def _position(node: exp.Expression, table: exp.Table | None, at) -> dict:
