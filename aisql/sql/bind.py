@@ -23,7 +23,7 @@ from aisql.sql.flockmtl import NOT_YET, RANKING, TARGETS
 from aisql.sql.recognize import RawAICall, is_prompt_call, match_ai_call
 from aisql.sql.parse import Statement
 from aisql.sql.scopes import QueryScopes
-from aisql.sql.source import SourceText, node_start
+from aisql.sql.source import BLANK, SourceText, code_start, node_start
 from aisql.sql.template import Placeholder, Template, from_parts, parse_template
 
 VARCHAR = exp.DataType.build("VARCHAR")
@@ -54,6 +54,7 @@ def bind_statement(
     Calls are numbered ai_<first_call_number>, ... in order of appearance, so that ids stay unique
     across the statements of a script.
     """
+    _refuse_dynamic_sql(statement, source)
     _refuse_prepared_calls(statement, source)
     ast = statement.ast.copy()
     _copy_meta(statement.ast, ast)
@@ -225,11 +226,29 @@ def _bind_call(
 
 
 _PREPARE_HEAD = re.compile(
-    r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*PREPARE\s+(?:\"(?:[^\"]|\"\")*\"|[^\s(]+)\s*(?:\([^)]*\))?\s*AS\b",
+    rf"^{BLANK}*PREPARE{BLANK}+(?:\"(?:[^\"]|\"\")*\"|[^\s(]+){BLANK}*(?:\([^)]*\))?{BLANK}*AS\b",
     re.IGNORECASE | re.DOTALL,
 )
 _IMMEDIATE = re.compile(r"\s*IMMEDIATE\b", re.IGNORECASE)
 _FLOCKMTL_NAMES = frozenset(TARGETS) | frozenset(RANKING) | frozenset(NOT_YET)
+
+
+def _refuse_dynamic_sql(statement: Statement, source: SourceText) -> None:
+    """BigQuery's EXECUTE IMMEDIATE: a statement built as text at run time, which DuckDB cannot
+    run and aisql cannot plan (its AI calls are not known until then)."""
+    ast = statement.ast
+    if not (isinstance(ast, exp.Command) and ast.name.upper() == "EXECUTE"):
+        return
+    rest = ast.expression.this if isinstance(ast.expression, exp.Literal) else str(ast.expression or "")
+    if not _IMMEDIATE.match(rest):
+        return
+    line, col = source.line_col(statement.start + code_start(statement.text))
+    raise BindError(
+        "EXECUTE IMMEDIATE (SQL built as text at run time) is not supported: aisql plans a statement's AI calls before it runs",
+        line=line,
+        col=col,
+        hint="write the statement itself; to give it values, use parameters ($1, ?) with --param 1=VALUE",
+    )
 
 
 def _refuse_prepared_calls(statement: Statement, source: SourceText) -> None:
@@ -238,17 +257,6 @@ def _refuse_prepared_calls(statement: Statement, source: SourceText) -> None:
     calls would go unseen (neither run nor refused). Read the body here and refuse an AI call in
     it, at its own position."""
     ast = statement.ast
-    if isinstance(ast, exp.Command) and ast.name.upper() == "EXECUTE" and _IMMEDIATE.match(str(ast.expression.this if isinstance(ast.expression, exp.Literal) else ast.expression or "")):
-        # BigQuery's dynamic SQL: a statement built as text at run time, which DuckDB cannot run and
-        # aisql cannot plan (its AI calls are not known until then).
-        head = len(statement.text) - len(statement.text.lstrip())
-        line, col = source.line_col(statement.start + head)
-        raise BindError(
-            "EXECUTE IMMEDIATE (SQL built as text at run time) is not supported: aisql plans a statement's AI calls before it runs",
-            line=line,
-            col=col,
-            hint="write the statement itself; to give it values, use parameters ($1, ?) with --param 1=VALUE",
-        )
     if not (isinstance(ast, exp.Command) and ast.name.upper() == "PREPARE"):
         return
     head = _PREPARE_HEAD.match(statement.text)

@@ -39,6 +39,7 @@ import sqlglot
 from sqlglot import exp
 
 from aisql.errors import BindError
+from aisql.sql.source import BLANK, code_start
 
 TARGETS = {"llm_filter": "AI.IF", "llm_complete": "AI.GENERATE", "llm_embedding": "AI.EMBED", "llm_reduce": "AI_AGG"}
 RANKING = ("llm_first", "llm_last", "llm_rerank")
@@ -46,9 +47,7 @@ NOT_YET = ("llm_complete_json", "llm_reduce_json", "fusion_relative", "fusion_rr
 RELEVANCE = "Rate from 1 to 10 how relevant this row is to: {prompt}"
 AI_SECRET_TYPES = ("openai", "ollama", "azure_llm", "azure", "anthropic")
 
-# Blanks between a resource statement's words, as SQL allows them: spaces, /* block */ and -- line comments.
-_W = r"(?:\s|/\*.*?\*/|--[^\n]*(?:\n|$))"
-_LEADING = re.compile(rf"{_W}*", re.DOTALL)  # blanks and comments before a statement
+_W = BLANK  # blanks between a resource statement's words, comments included
 _RESOURCE = re.compile(
     rf"^{_W}*(CREATE|UPDATE|DELETE){_W}+(?:(?:GLOBAL|LOCAL){_W}+)?(PROMPT|MODEL){_W}*\((.*)\){_W}*;?{_W}*$", re.IGNORECASE | re.DOTALL
 )
@@ -122,12 +121,6 @@ class FlockResources:
         if not 1 <= version <= len(versions):
             raise KeyError(version)
         return versions[version - 1]
-
-
-def code_start(text: str) -> int:
-    """Where a statement's own text begins: after the blanks and comments written before it (so
-    `-- the prompt` above `CREATE PROMPT(...)` is still FlockMTL's statement)."""
-    return _LEADING.match(text).end()
 
 
 def _text_arguments(inner: str, statement: str) -> list[str]:

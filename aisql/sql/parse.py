@@ -20,7 +20,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from aisql.errors import AisqlError, SqlSyntaxError
 from aisql.sql.dialects import DEFAULT, dialect_for
-from aisql.sql.source import SourceText
+from aisql.sql.source import SourceText, code_start
 
 DIALECT = DEFAULT  # what runs: DuckDB
 
@@ -112,7 +112,7 @@ def _vendor_rewrites(statements: list[Statement], source: SourceText, taken: lis
             try:
                 what = resources.take_statement(item)
             except AisqlError as err:
-                line, col = source.line_col(start + flockmtl.code_start(item))
+                line, col = source.line_col(start + code_start(item))
                 raise type(err)(err.message, line=line, col=col, hint=err.hint) from None
             ast = exp.select(exp.Literal.string(what).as_("flockmtl"))
             kept.append(Statement(ast=ast, text=ast.sql(dialect=DIALECT), start=start, notes=tuple(resources.notes[said:])))

@@ -7,6 +7,7 @@ reports a position goes through `SourceText` so the numbers always refer to what
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -55,3 +56,14 @@ def node_start(node: exp.Expression) -> int | None:
         if start is not None and (best is None or start < best):
             best = start
     return best
+
+
+# Blanks between SQL words, as SQL allows them: spaces, /* block */ and -- line comments. For the
+# statements read by pattern rather than by sqlglot (FlockMTL's resource statements, PREPARE's head).
+BLANK = r"(?:\s|/\*.*?\*/|--[^\n]*(?:\n|$))"
+_LEADING = re.compile(rf"{BLANK}*", re.DOTALL)
+
+
+def code_start(text: str) -> int:
+    """Where a statement's own text begins: after the blanks and comments written before it."""
+    return _LEADING.match(text).end()
