@@ -57,10 +57,11 @@ def build_directory_once(target: Path, build: Callable[[Path], None], what: str)
             if not (target / "config.json").exists():
                 raise
     except Exception as err:  # noqa: BLE001 - only a full or read-only disk is translated
-        if not _disk_refused(err):
+        reason = _disk_refusal(err)
+        if reason is None:
             raise
         raise ModelError(
-            f"cannot {what} in {target.parent}: {_disk_reason(err)}",
+            f"cannot {what} in {target.parent}: {reason}",
             hint="free disk space, or set AISQL_CACHE_DIR to a disk with room",
         ) from None
     finally:
@@ -71,20 +72,13 @@ def build_directory_once(target: Path, build: Callable[[Path], None], what: str)
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
 
 
-def _disk_refused(err: BaseException) -> bool:
-    """A write the disk refused: an OSError of a full, over-quota or read-only disk, or a
-    serializer's own error carrying the OS's words (safetensors: "No space left on device (os
-    error 28)")."""
-    if isinstance(err, OSError) and err.errno in _DISK_ERRNOS:
-        return True
-    text = str(err)
-    return any(os.strerror(code) in text for code in _DISK_ERRNOS)
-
-
-def _disk_reason(err: BaseException) -> str:
+def _disk_refusal(err: BaseException) -> str | None:
+    """Why the disk refused a write (None: it did not): an OSError of a full, over-quota or
+    read-only disk, or a serializer's own error carrying the OS's words (safetensors: "No space
+    left on device (os error 28)")."""
     if isinstance(err, OSError) and err.errno in _DISK_ERRNOS:
         return os.strerror(err.errno).lower()
-    return next(os.strerror(code).lower() for code in _DISK_ERRNOS if os.strerror(code) in str(err))
+    return next((os.strerror(code).lower() for code in _DISK_ERRNOS if os.strerror(code) in str(err)), None)
 
 
 def remove_abandoned_builds(target: Path) -> None:

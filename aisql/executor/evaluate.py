@@ -46,9 +46,10 @@ def prepare(
         return []
     ids = engine.encode_prompts(task.framing, list(texts))
     label_ids = encode_labels(engine.encode_label, engine.format.end_of_answer, task.labels, task.framing) if kind_of(task).labels else ()
-    if any(len(prompt) + max((len(label) for label in label_ids), default=1) > engine.info.max_context for prompt in ids):
-        _refuse_an_oversized_framing(engine, task, label_ids)
-    items = [_fit(engine, task, text, prompt, label_ids, on_overflow) for text, prompt in zip(texts, ids)]
+    needed = max((len(label) for label in label_ids), default=1)  # the longest answer scored after a prompt
+    if any(len(prompt) + needed > engine.info.max_context for prompt in ids):
+        _refuse_an_oversized_framing(engine, task, needed)
+    items = [_fit(engine, task, text, prompt, needed, on_overflow) for text, prompt in zip(texts, ids)]
     if group_by is None:
         return sorted(items, key=lambda p: p.ids)
     return sorted(items, key=lambda p: (group_by(p.text), p.ids))
@@ -75,8 +76,7 @@ def evaluate(engine: Engine, task: Task, texts: Sequence[str], *, naive: bool = 
     return answer_prepared(engine, task, prepare(engine, task, texts, **options), naive=naive)
 
 
-def _fit(engine: Engine, task: Task, text: str, prompt: tuple[int, ...], label_ids, on_overflow: str) -> Prepared:
-    needed = max((len(label) for label in label_ids), default=1)
+def _fit(engine: Engine, task: Task, text: str, prompt: tuple[int, ...], needed: int, on_overflow: str) -> Prepared:
     limit = engine.info.max_context
     if len(prompt) + needed <= limit:
         return Prepared(text, prompt)
@@ -96,13 +96,12 @@ def _fit(engine: Engine, task: Task, text: str, prompt: tuple[int, ...], label_i
 MIN_ROW_TOKENS = 32  # what a truncated prompt keeps of the row's own text, at the least
 
 
-def _refuse_an_oversized_framing(engine: Engine, task: Task, label_ids) -> None:
+def _refuse_an_oversized_framing(engine: Engine, task: Task, needed: int) -> None:
     """A prompt over the context is the row's fault only when the call's own framing (its
     instruction, its labels listed for the model) leaves room for a row: otherwise every row
     overflows, and truncating would cut the row's text away entirely (the answer would no longer
     depend on the row). Said as the call's, with or without --on-overflow truncate."""
     framing = len(engine.encode_prompts(task.framing, [""])[0])
-    needed = max((len(label) for label in label_ids), default=1)
     limit = engine.info.max_context
     if framing + needed + MIN_ROW_TOKENS <= limit:
         return
