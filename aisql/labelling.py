@@ -125,7 +125,7 @@ class Labelling:
         self.pool = pool
         self.labelled: list[Labelled] = self._read_labels()
         self.candidates: list[Candidate] = []
-        self.skipped: set[int] = set()
+        self.skipped: set[str] = set()  # prompt texts skipped this session: never offered again in it
 
     # ---- the call and its rows --------------------------------------------------------------
     def _choose_node(self, sql_text: str, call: str | None) -> AINode:
@@ -197,7 +197,7 @@ class Labelling:
 
     # ---- which row next ---------------------------------------------------------------------
     def next(self) -> Candidate | None:
-        open_ = [i for i in range(len(self.candidates)) if i not in self.skipped]
+        open_ = [i for i, c in enumerate(self.candidates) if c.text not in self.skipped]
         if not open_:
             return None
         states = self._features()
@@ -288,10 +288,9 @@ class Labelling:
             raise LabelError(f"cannot write the labels file {self.path}: {err.strerror or err}") from None
         self.labelled.append(Labelled(candidate.values, label))
         self.candidates.remove(candidate)
-        self.skipped = set()
 
     def skip(self, candidate: Candidate) -> None:
-        self.skipped.add(self.candidates.index(candidate))
+        self.skipped.add(candidate.text)
 
     def rule(self) -> tuple[Decision | None, dict | None]:
         """The rule the labels so far choose, and its report (None, None before every answer has
