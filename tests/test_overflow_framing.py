@@ -46,3 +46,17 @@ def test_plans_and_summaries_count_labels_beyond_the_first_ten(make_connection):
     assert shown_list([f"l{i}" for i in range(10_000)]).endswith("'l9', ... and 9,990 more]")
     explained = str(make_connection().explain(SQL))
     assert "... and 9,990 more]" in explained and "category number 9999" not in explained
+
+
+@pytest.mark.parametrize("on_overflow", ["error", "truncate"])
+@pytest.mark.parametrize("call", ["AI.IF(PROMPT('{words} Is {{0}} a gift?', name))", "AI.CLASSIFY(PROMPT('Which fits {{0}}? {words}', name), ['a', 'b'])"])
+def test_a_template_whose_own_words_fill_the_context_is_the_calls_error(make_connection, on_overflow, call):
+    """The same cause through the PROMPT template: its own words, not the row's values, fill the
+    context — every row would overflow, and truncating would cut the row away."""
+    sql = f"SELECT id,\n  {call.format(words='gift wrapping paper ' * 3000)} AS c FROM products WHERE id <= 3"
+    with pytest.raises(ContextOverflow) as err:
+        make_connection().run(sql, on_overflow=on_overflow)
+    message = err.value.message
+    assert "the PROMPT template's own text takes" in message and "before any row's value" in message
+    assert "a prompt of" not in message  # not blamed on a row
+    assert (err.value.line, err.value.col) == (2, 3)

@@ -81,11 +81,13 @@ class Answering:
         progress: tuple[str, str],
         group_by: Callable[[str], tuple] | None = None,
         key: str | None = None,
+        fixed_text: str = "",
     ) -> tuple[dict[str, Answer], AnswerCounts]:
         """Answers for the distinct prompt texts of one task (`counts`: text -> rows asking it):
         the result cache first, the rest evaluated in prefix order (within `group_by` groups) with
         checkpoints; and the counts (texts new to the caller's `seen` count as unique).
-        `progress` is (node id, description).
+        `progress` is (node id, description); `fixed_text` what every text holds whatever the row
+        (aisql.executor.evaluate.prepare: an overflow it causes is the call's).
 
         An aggregate task's texts are groups (JSON lists of values): each is reduced by map-reduce
         over GENERATE prompts answered through this same method (aisql.executor.aggregate)."""
@@ -101,7 +103,7 @@ class Answering:
         todo = [t for t in counts if t not in known]
         if todo:
             with self.lock:
-                items = prepare(self.engine(), task, todo, group_by=group_by, on_overflow=self.options.on_overflow)
+                items = prepare(self.engine(), task, todo, group_by=group_by, on_overflow=self.options.on_overflow, fixed_text=fixed_text)
             try:
                 done += self.evaluate_checkpointed(task, items, key=key, progress=(*progress, len(counts) - len(todo)), known=known)
             except BudgetExceeded as stop:

@@ -39,16 +39,19 @@ def prepare(
     *,
     group_by: Callable[[str], tuple] | None = None,
     on_overflow: str = "error",
+    fixed_text: str = "",
 ) -> list[Prepared]:
     """Encode `texts` and put them in evaluation order (token order within `group_by` groups —
-    an AI join's anchor values when the anchor is not the prompt's leading part)."""
+    an AI join's anchor values when the anchor is not the prompt's leading part). `fixed_text`:
+    what every text holds whatever the row (a PROMPT template's own words, its values empty) —
+    where it fills the context, an overflow is the call's, not a row's."""
     if not texts:
         return []
     ids = engine.encode_prompts(task.framing, list(texts))
     label_ids = encode_labels(engine.encode_label, engine.format.end_of_answer, task.labels, task.framing) if kind_of(task).labels else ()
     needed = max((len(label) for label in label_ids), default=1)  # the longest answer scored after a prompt
     if any(len(prompt) + needed > engine.info.max_context for prompt in ids):
-        _refuse_an_oversized_framing(engine, task, needed)
+        _refuse_an_oversized_framing(engine, task, needed, fixed_text)
     items = [_fit(engine, task, text, prompt, needed, on_overflow) for text, prompt in zip(texts, ids)]
     if group_by is None:
         return sorted(items, key=lambda p: p.ids)
@@ -96,19 +99,27 @@ def _fit(engine: Engine, task: Task, text: str, prompt: tuple[int, ...], needed:
 MIN_ROW_TOKENS = 32  # what a truncated prompt keeps of the row's own text, at the least
 
 
-def _refuse_an_oversized_framing(engine: Engine, task: Task, needed: int) -> None:
-    """A prompt over the context is the row's fault only when the call's own framing (its
-    instruction, its labels listed for the model) leaves room for a row: otherwise every row
-    overflows, and truncating would cut the row's text away entirely (the answer would no longer
-    depend on the row). Said as the call's, with or without --on-overflow truncate."""
+def _refuse_an_oversized_framing(engine: Engine, task: Task, needed: int, fixed_text: str = "") -> None:
+    """A prompt over the context is the row's fault only when the call's own text (its
+    instruction, its labels listed for the model, its PROMPT template's own words) leaves room
+    for a row: otherwise every row overflows, and truncating would cut the row's text away
+    entirely (the answer would no longer depend on the row). Said as the call's, with or without
+    --on-overflow truncate."""
     framing = len(engine.encode_prompts(task.framing, [""])[0])
+    own = len(engine.encode_prompts(task.framing, [fixed_text])[0]) if fixed_text else framing
     limit = engine.info.max_context
-    if framing + needed + MIN_ROW_TOKENS <= limit:
+    if own + needed + MIN_ROW_TOKENS <= limit:
         return
     labels = f" (its {len(task.labels):,} labels are listed for the model)" if len(task.labels) > 2 else ""
+    if framing + needed + MIN_ROW_TOKENS > limit:
+        raise ContextOverflow(
+            f"the call's own instruction takes {framing:,} tokens{labels} before any row's text: the model's context is {limit:,} tokens",
+            hint="fewer labels (classify in stages: a coarse AI.CLASSIFY first, then one per group), or a model with a longer context",
+        )
     raise ContextOverflow(
-        f"the call's own instruction takes {framing:,} tokens{labels} before any row's text: the model's context is {limit:,} tokens",
-        hint="fewer labels (classify in stages: a coarse AI.CLASSIFY first, then one per group), or a model with a longer context",
+        f"the PROMPT template's own text takes {own - framing:,} tokens (with the call's instruction {own:,}) before any row's value: "
+        f"the model's context is {limit:,} tokens",
+        hint="shorten the template's text, or a model with a longer context",
     )
 
 

@@ -106,7 +106,11 @@ class NodeRuntime:
         """Answers to the texts the rule is made from, through the answering path."""
         source = task.decision.source
         known, counts = self.answering.answer_texts(
-            {t: 1 for t in texts}, task, seen=set(), progress=(f"{self.node.id}-{source}", f"{self.call.describe()} [{source.replace('_', '-')}]")
+            {t: 1 for t in texts},
+            task,
+            seen=set(),
+            progress=(f"{self.node.id}-{source}", f"{self.call.describe()} [{source.replace('_', '-')}]"),
+            fixed_text=self.fixed_text(),
         )
         self._count_rule_prompts(counts.prompts_evaluated, counts.prompts_cached, counts.logical_tokens, counts.work)
         return {t: known[t] for t in texts}
@@ -338,6 +342,7 @@ class NodeRuntime:
                 seen=self.seen_texts,
                 progress=(self.node.id, self.call.describe()),
                 group_by=self._anchor_groups(prompts),
+                fixed_text=self.fixed_text(),
             )
             self.stats.add(counts)
         except BudgetExceeded:
@@ -507,6 +512,11 @@ class NodeRuntime:
             return answer.value, answer.cost
 
         return ask
+
+    def fixed_text(self) -> str:
+        """What every prompt of the call holds whatever the row: its template's own words."""
+        template = self.call.template
+        return template.render([""] * template.arity)
 
     def _located(self, err: AisqlError) -> AisqlError:
         if err.line is None:
