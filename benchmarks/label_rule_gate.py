@@ -11,6 +11,12 @@ rows not scored): the rule is fitted on the examples and kept
   (issue 41's check, before this change), or
 - `sign<=a`: only where, besides, a one-sided sign test on the examples where the two differ
   (held-out rule right and own wrong vs the reverse) gives p <= a;
+- `gain>=m/sqrt(n)`: only where its held-out gain over the model's own reaches m / sqrt(n);
+- `perm-q<=a` / `perm-g<=a`: only where, besides, a permutation test gives p <= a: the examples'
+  labels shuffled 39 times (seeded), the rule fitted and held out on each; `q` tests its held-out
+  quality (does it read the labels at all), `g` its held-out gain over the model's own.
+  `perm-q<=0.1` is what aisql does since issue 58 (aisql.functions.learning.shuffled_labels_test,
+  the same seed and shuffles);
 
 and each is scored on the other distinct prompts. The same draws with the examples' labels
 shuffled (a coin flip's labels, the reported case) say how often each gate keeps a rule fitted
@@ -39,6 +45,8 @@ import math  # noqa: E402
 from aisql.functions import by_name, decision, probe  # noqa: E402
 
 ALPHAS = (0.05, 0.2, 0.3)
+PERMUTATION_ALPHAS = (0.05, 0.1)
+SHUFFLES = 39  # the examples' labels shuffled this many times (p in steps of 1/40)
 MARGINS = (0.25, 0.5, 1.0)  # the held-out gain over the model's own answers must reach m / sqrt(examples)
 SIZES = {"IF": (8, 16, 32, 64), "CLASSIFY": (2, 4, 8), "SCORE": (16, 32, 64)}
 METRIC = {"IF": "bacc", "CLASSIFY": "macro_f1", "SCORE": "spearman"}
@@ -65,6 +73,40 @@ def sign_test(better: int, worse: int) -> float:
     return math.fsum(math.comb(n, k) for k in range(better, n + 1)) / 2**n
 
 
+def permutation_p(function, plain, rows_ex: list, labels_ex: list, own: list) -> tuple[float, float]:
+    """Two permutation tests of the rule against labels that say nothing of the rows: the
+    examples' labels shuffled SHUFFLES times (seeded), the rule fitted and held out one at a time
+    on each. p of its held-out quality (`perm-q`: the rule reads the labels at all) and of its
+    held-out gain over the model's own answers (`perm-g`: it reads them better than the model
+    does): (1 + shuffles as good) / (1 + SHUFFLES). Stops once both exceed the largest alpha (a
+    p above it is reported as 1)."""
+    def loo_of(labels: list) -> list:
+        def held_out(train: list[int], i: int):
+            try:
+                rule = function.fit_decision(plain, [rows_ex[j] for j in train], [labels[j] for j in train])
+            except ValueError:
+                return own[i]
+            return function.value_from_scores(dataclasses.replace(plain, decision=rule), rows_ex[i])
+
+        return decision.leave_one_out(len(rows_ex), held_out)
+
+    observed = loo_of(labels_ex)
+    q0 = function.example_quality(observed, labels_ex)
+    g0 = q0 - function.example_quality(own, labels_ex)
+    limit = max(PERMUTATION_ALPHAS) * (1 + SHUFFLES) - 1
+    rng = np.random.default_rng(9000)
+    as_good_q = as_good_g = 0
+    for _ in range(SHUFFLES):
+        shuffled = [labels_ex[i] for i in rng.permutation(len(labels_ex))]
+        q = function.example_quality(loo_of(shuffled), shuffled)
+        as_good_q += q >= q0
+        as_good_g += q - function.example_quality(own, shuffled) >= g0
+        if as_good_q > limit and as_good_g > limit:
+            return 1.0, 1.0
+    p = lambda k: (1 + k) / (1 + SHUFFLES) if k <= limit else 1.0  # noqa: E731
+    return p(as_good_q), p(as_good_g)
+
+
 def one_draw(data, function, examples: list[int], scored: list[int], labels_ex: list, classes) -> dict:
     plain = dataclasses.replace(data.task, decision=None)
     rows_ex = [data.logprobs[i] for i in examples]
@@ -78,6 +120,7 @@ def one_draw(data, function, examples: list[int], scored: list[int], labels_ex: 
         return function.value_from_scores(dataclasses.replace(plain, decision=rule), rows_ex[i])
 
     loo = decision.leave_one_out(len(rows_ex), held_out)
+    perm_quality, perm_gain = permutation_p(function, plain, rows_ex, labels_ex, own)
     gain = function.example_quality(loo, labels_ex) - function.example_quality(own, labels_ex)
     better = gain > 0
     p = sign_test(*wins(function, loo, own, labels_ex))
@@ -92,6 +135,8 @@ def one_draw(data, function, examples: list[int], scored: list[int], labels_ex: 
         "ungated": better,
         **{f"sign<={a}": better and p <= a for a in ALPHAS},
         **{f"gain>={m}/sqrt(n)": gain >= m / np.sqrt(len(labels_ex)) and better for m in MARGINS},
+        **{f"perm-q<={a}": better and perm_quality <= a for a in PERMUTATION_ALPHAS},
+        **{f"perm-g<={a}": better and perm_gain <= a for a in PERMUTATION_ALPHAS},
     }
     out = {}
     for name, kept in keeps.items():
@@ -131,6 +176,7 @@ def measure(data, seeds: int) -> dict:
 
 def tables(report: dict) -> str:
     gates = ["ungated"] + [f"sign<={a}" for a in ALPHAS] + [f"gain>={m}/sqrt(n)" for m in MARGINS]
+    gates += [f"perm-{s}<={a}" for s in "qg" for a in PERMUTATION_ALPHAS]
     lines = []
     for function in ("IF", "CLASSIFY", "SCORE"):
         rows = [(m, t, rec) for m, tasks in report.items() for t, rec in tasks.items() if rec["function"] == function]

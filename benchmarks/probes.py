@@ -12,7 +12,8 @@ AI.SCORE: at random), fits every rule on them and scores it on the other distinc
 asked by several rows counts once, and is never both an example and scored). Rules:
 - `argmax`: the model's own answers (the likeliest label; AI.SCORE: the expectation);
 - `issue41`: the rule on the label probabilities, kept only when it beats argmax held out
-  (aisql's rule before this issue: `AIFunction.learn` without states);
+  (aisql's rule before issue 57, and without issue 58's permutation test: `ungated_rule`);
+- `gated`: the same rule under issue 58's permutation test (`AIFunction.learn` without states);
 - `probe`: aisql's probe alone (aisql.functions.probe.fit: standardised final-layer state,
   logistic or ridge regression at a fixed strength); `probe_raw` (no standardisation, C = 1) and
   `probe_cv` (the strength chosen by 4-fold cross-validation on the examples) are the variants
@@ -24,6 +25,9 @@ asked by several rows counts once, and is never both an example and scored). Rul
   extra), and `tfidf`: logistic regression on TF-IDF of the prompt text — the baselines the
   LLM's states must beat;
 - GGR's GPT-4o and Llama-3-8B answers on the same scored rows (`anchor:*`).
+`--core` measures only argmax, issue41, gated and aisql (the choice's fallback changed by issue
+58); `--shuffled` runs the same draws with the examples' labels shuffled (a coin flip's labels:
+how often a rule other than the model's own answers, and what it costs).
 Each figure is a mean over the draws with its 95% interval (t). Results: results/probes.json;
 the tables go to stdout (RESULTS.md §34).
 """
@@ -241,12 +245,32 @@ def probe_variant(x_ex: np.ndarray, targets: list, x_te: np.ndarray, kind: str, 
 
 
 # ---- one draw -------------------------------------------------------------------------------------
-def run_draw(data: TaskData, examples: list[int], scored: list[int], classes: list | None) -> dict:
+def ungated_rule(function, plain, rows_ex: list, labels_ex: list):
+    """Issue 41's rule as it was: fitted on the examples, kept where its answers held out one at
+    a time beat the model's own on them — no test against shuffled labels (issue 58, cause 15)."""
+    own = [function.value_from_scores(plain, r) for r in rows_ex]
+
+    def held_out(train: list[int], i: int):
+        try:
+            rule = function.fit_decision(plain, [rows_ex[j] for j in train], [labels_ex[j] for j in train])
+        except ValueError:
+            return own[i]
+        return function.value_from_scores(dataclasses.replace(plain, decision=rule), rows_ex[i])
+
+    loo = decision.leave_one_out(len(rows_ex), held_out)
+    if function.example_quality(loo, labels_ex) > function.example_quality(own, labels_ex):
+        return function.fit_decision(plain, rows_ex, labels_ex)
+    return None
+
+
+def run_draw(data: TaskData, examples: list[int], scored: list[int], classes: list | None, core: bool = False, shuffle_seed: int | None = None) -> dict:
     function = by_name(data.function)
     plain = dataclasses.replace(data.task, decision=None)
     kind = function.probe_kind
     rows_ex = [data.logprobs[i] for i in examples]
     labels_ex = [data.labels[i] for i in examples]
+    if shuffle_seed is not None:  # a coin flip's labels: the same draw's, shuffled among its examples
+        labels_ex = [labels_ex[i] for i in np.random.default_rng(5000 + shuffle_seed).permutation(len(labels_ex))]
     truth = [data.labels[i] for i in scored]
     states_ex = [data.states[i].astype(np.float16).tobytes() for i in examples]
 
@@ -256,11 +280,17 @@ def run_draw(data: TaskData, examples: list[int], scored: list[int], classes: li
             return [function.value_from_probe(task, p) for p in rule.probe.predict(data.states[scored])]
         return [function.value_from_scores(task, data.logprobs[i]) for i in scored]
 
+    rule41 = ungated_rule(function, plain, rows_ex, labels_ex)
+    gated, _ = function.learn(plain, rows_ex, labels_ex)
     started = time.perf_counter()
-    rule41, _ = function.learn(plain, rows_ex, labels_ex)
     chosen, report = function.learn(plain, rows_ex, labels_ex, states_ex)
     learn_s = time.perf_counter() - started
-    predictions = {"argmax": decided(None), "issue41": decided(rule41), "aisql": decided(chosen)}
+    predictions = {"argmax": decided(None), "issue41": decided(rule41), "gated": decided(gated), "aisql": decided(chosen)}
+    if core:
+        out = {name: metrics(data.function, values, truth, classes) for name, values in predictions.items()}
+        out["_chosen"], out["_learn_s"] = report["chosen"], learn_s
+        out["_changed"] = float(np.mean([a != b for a, b in zip(predictions["aisql"], predictions["argmax"])]))
+        return out
     targets = [function.probe_target(plain, label) for label in labels_ex]
     fitted = probe.fit(data.states[examples], targets, kind)
     predictions["probe"] = [function.value_from_probe(plain, p) for p in fitted.predict(data.states[scored])]
@@ -279,7 +309,7 @@ def run_draw(data: TaskData, examples: list[int], scored: list[int], classes: li
     if evidence is not None:
         for m in MARGINS:
             take = evidence["gain"] >= m / math.sqrt(len(examples))
-            predictions[f"margin={m}"] = predictions["probe"] if take else predictions["issue41"]
+            predictions[f"margin={m}"] = predictions["probe"] if take else predictions["gated"]
     for anchor, answers in data.anchors.items():
         predictions[f"anchor:{anchor}"] = [answers[i] for i in scored]  # bool (IF) or the label, as collected
     out = {name: metrics(data.function, values, truth, classes) for name, values in predictions.items()}
@@ -288,7 +318,7 @@ def run_draw(data: TaskData, examples: list[int], scored: list[int], classes: li
     return out
 
 
-def measure(data: TaskData, sizes, seeds: int) -> dict:
+def measure(data: TaskData, sizes, seeds: int, core: bool = False, shuffled: bool = False) -> dict:
     classes = list(data.task.labels) if data.function == "CLASSIFY" else None
     function = by_name(data.function)
     info = {"prompts": len(data.labels), "width": int(data.states.shape[1])}
@@ -302,7 +332,7 @@ def measure(data: TaskData, sizes, seeds: int) -> dict:
             split = draws(data, size, seed)
             if split is None:
                 break
-            per_draw.append(run_draw(data, *split, classes))
+            per_draw.append(run_draw(data, *split, classes, core, seed if shuffled else None))
         if not per_draw:
             continue
         rules = [k for k in per_draw[0] if not k.startswith("_")]
@@ -310,6 +340,9 @@ def measure(data: TaskData, sizes, seeds: int) -> dict:
         chosen = [d["_chosen"] for d in per_draw]
         figures["_probe_chosen"] = round(sum(c == learning.PROBE for c in chosen) / len(chosen), 3)
         figures["_learn_s"] = round(float(np.mean([d["_learn_s"] for d in per_draw])), 3)
+        if core:
+            figures["_not_own"] = round(sum(c != learning.OWN for c in chosen) / len(chosen), 3)
+            figures["_changed"] = round(float(np.mean([d["_changed"] for d in per_draw])), 4)
         out["sizes"][str(size)] = figures
         print(f"  {data.name} {size}: " + "  ".join(f"{r} {figures[r][main_metric(data.function)]['mean']:.3f}" for r in rules), flush=True)
     return out
@@ -332,9 +365,9 @@ def tables(report: dict) -> str:
     lines = []
     results = report["results"]
     kinds = (
-        ("IF", "bacc", "balanced accuracy", ("argmax", "issue41", "aisql", "probe", "probe_cv", "embedding", "tfidf", "anchor:gpt4o", "anchor:llama3-8b")),
-        ("CLASSIFY", "macro_f1", "macro-F1", ("argmax", "issue41", "aisql", "probe", "probe_cv", "embedding", "tfidf", "anchor:gpt4o", "anchor:llama3-8b")),
-        ("SCORE", "spearman", "Spearman", ("argmax", "issue41", "aisql", "probe", "embedding", "tfidf")),
+        ("IF", "bacc", "balanced accuracy", ("argmax", "issue41", "gated", "aisql", "probe", "probe_cv", "embedding", "tfidf", "anchor:gpt4o", "anchor:llama3-8b")),
+        ("CLASSIFY", "macro_f1", "macro-F1", ("argmax", "issue41", "gated", "aisql", "probe", "probe_cv", "embedding", "tfidf", "anchor:gpt4o", "anchor:llama3-8b")),
+        ("SCORE", "spearman", "Spearman", ("argmax", "issue41", "gated", "aisql", "probe", "embedding", "tfidf")),
     )
     for function, metric, name, rules in kinds:
         lines.append(f"\n**{function}: {name}** (mean ±95% interval over the draws; examples per class for AI.CLASSIFY, in all otherwise)\n")
@@ -377,6 +410,9 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--tasks", default=",".join(IF_TASKS + CLASSIFY_TASKS + SCORE_TASKS))
     parser.add_argument("--out", default=str(RESULTS / "probes.json"))
+    parser.add_argument("--sizes", default=None, help="only these sizes (examples, or per class for AI.CLASSIFY), comma-separated")
+    parser.add_argument("--core", action="store_true", help="only argmax, issue41, gated and aisql")
+    parser.add_argument("--shuffled", action="store_true", help="the examples' labels shuffled (a coin flip's)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     path = Path(args.out)
@@ -394,7 +430,9 @@ def main() -> None:
                 continue
             print(f"{model} {name} ({len(data.labels)} distinct prompts)", flush=True)
             sizes = PER_CLASS if data.function == "CLASSIFY" else SIZES
-            report["results"].setdefault(model, {})[name] = {"function": data.function, **measure(data, sizes, args.seeds)}
+            if args.sizes:
+                sizes = [s for s in sizes if str(s) in args.sizes.split(",")]
+            report["results"].setdefault(model, {})[name] = {"function": data.function, **measure(data, sizes, args.seeds, args.core, args.shuffled)}
             path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"written {path}")
 

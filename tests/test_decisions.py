@@ -8,16 +8,19 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
 import pytest
 
 from aisql.errors import AisqlError, AisqlWarning
 from aisql.executor.answer_store import Answer, MemoryAnswerStore
 from aisql.executor.cache import SqliteAnswerStore, _decode, _encode
-from aisql.functions import by_name, decision
+from aisql.executor.signals import examples_line
+from aisql.functions import by_name, decision, learning
 from aisql.functions.ai_classify import ClassifyOptions
 from aisql.functions.ai_score import ScoreOptions
 from aisql.functions.base import STALE, Options
 from aisql.functions.decision import Decision
+from aisql.functions.hidden_states import pack_state
 
 IF = by_name("IF")
 IF_TASK = IF.task(Options())
@@ -71,6 +74,75 @@ def test_examples_are_kept_only_when_they_beat_the_model_held_out():
     useless = [log_pair(p) for p in (0.9, 0.1, 0.8, 0.2)]  # the model already answers every example right
     rule, report = IF.learn(IF_TASK, useless, [True, False, True, False])
     assert rule is None and not report["kept"]
+
+
+def coin_flips(count: int, seed: int, values=(False, True)) -> list:
+    """A coin flip's labels: every value drawn at random, each at least once."""
+    rng = np.random.default_rng(seed)
+    while True:
+        drawn = [values[i] for i in rng.integers(0, len(values), count)]
+        if len(set(drawn)) == len(values):
+            return drawn
+
+
+def keeps_on_coin_flips(function, task, rows, values, draws: int = 40) -> tuple[int, int]:
+    """(draws where the rule held out beat the model's own: issue 41's check alone kept it,
+    draws where it is kept now) over seeded coin flips."""
+    beat = kept = 0
+    for seed in range(draws):
+        rule, report = function.learn(task, rows, coin_flips(len(rows), seed, values))
+        beat += "label_rule_shuffled" in report  # tested only where issue 41's check passed
+        kept += rule is not None
+        assert (rule is not None) == report["kept"] == report["label_rule_kept"]
+    return beat, kept
+
+
+def test_a_rule_fitted_on_coin_flip_labels_is_not_kept():
+    # issue 58, cause 15: 12 distinct texts, a model that answers No to all, labels from a coin:
+    # issue 41's leave-one-out check kept a threshold in 30% of draws and changed answers
+    rows = [log_pair(0.05 + 0.035 * i) for i in range(12)]
+    beat, kept = keeps_on_coin_flips(IF, IF_TASK, rows, (False, True))
+    assert beat >= 10 and kept <= 0.1 * 40
+    rule, report = IF.learn(IF_TASK, rows, coin_flips(12, 2))
+    shuffled = report["label_rule_shuffled"]  # the reported case: beats the model held out, by luck
+    assert rule is None and shuffled["p"] > learning.ALPHA and shuffled["as_good"] >= 4
+    # the same labels that a real reading of the rows gives are kept
+    truth = [x >= 0.2 for x in (0.05 + 0.035 * i for i in range(12))]
+    truth[3] = not truth[3]
+    rule, report = IF.learn(IF_TASK, rows, truth)
+    assert rule is not None and report["label_rule_shuffled"]["p"] <= learning.ALPHA
+
+
+def test_classify_offsets_and_a_score_map_on_coin_flip_labels_are_not_kept():
+    rng = np.random.default_rng(7)
+    leaning = [tuple(np.log(w / w.sum())) for w in (np.array([2.0, 1.0 + rng.random(), 0.5 + rng.random()]) for _ in range(12))]
+    classify = by_name("CLASSIFY")
+    beat, kept = keeps_on_coin_flips(classify, classify.task(ClassifyOptions(("a", "b", "c"))), leaning, ("a", "b", "c"))
+    assert beat >= 10 and kept <= 0.15 * 40
+    score = by_name("SCORE")
+    spread = [tuple(np.log(rng.dirichlet(np.ones(5)))) for _ in range(16)]
+    beat, kept = keeps_on_coin_flips(score, score.task(ScoreOptions((1, 5))), spread, (1.0, 2.0, 3.0, 4.0, 5.0))
+    assert beat >= 10 and kept <= 0.1 * 40
+
+
+def test_a_probe_fitted_on_coin_flip_labels_is_not_taken():
+    # the same cause through the probe: a model sure of the wrong label half the time makes the
+    # offsets' log-loss worse than knowing nothing, so a probe on noise was "less wrong"
+    rng = np.random.default_rng(3)
+    sure = [log_pair(0.97) if rng.random() < 0.5 else log_pair(0.03) for _ in range(16)]
+    states = [pack_state(v) for v in rng.normal(size=(16, 32)).astype(np.float32)]
+    taken = margin_met = 0
+    for seed in range(40):
+        labels = [bool(v) for v in np.random.default_rng(100 + seed).permutation([0, 1] * 8)]
+        rule, report = IF.learn(IF_TASK, sure, labels, states)
+        evidence = report["probe_evidence"]
+        margin_met += evidence["gain"] >= evidence["margin"]  # issue 57's margin over the offsets alone
+        taken += report["chosen"] == learning.PROBE
+        probe_low = report["candidates"][-1]["low"]
+        assert (report["chosen"] == learning.PROBE) == (evidence["gain"] >= evidence["margin"] and probe_low > evidence["chance"])
+        if evidence["gain"] >= evidence["margin"] and report["chosen"] != learning.PROBE:
+            assert f"the probe is not taken: its interval reaches chance ({evidence['chance']:.2f})" in examples_line(report)
+    assert margin_met >= 35 and taken <= 0.1 * 40  # the margin alone would have taken it in almost every draw
 
 
 # ---- applied on read -------------------------------------------------------------------------
@@ -267,3 +339,25 @@ def test_a_decimal_score_label_is_a_number_on_the_scale(make_connection):
     naive = con.run(sql, naive=True).table.to_pylist()
     assert [r["id"] for r in result.table.to_pylist()] == [r["id"] for r in naive]
     assert [r["s"] for r in result.table.to_pylist()] == pytest.approx([r["s"] for r in naive], abs=1e-4)  # float32 batching
+
+
+def test_coin_flip_labels_through_sql_leave_the_models_own_answers(make_connection):
+    # the reported input end to end: the example data's 12 distinct reviews, labels from a coin
+    from aisql.executor.signals import quality_lines
+
+    con = make_connection()
+    own, _ = yes_rows(con, f"AI.IF({PROMPT})")
+    texts = [r for (r,) in con.duckdb.execute("SELECT DISTINCT review FROM reviews ORDER BY review").fetchall()]
+    refused = kept = 0
+    for seed in range(12):
+        con.duckdb.execute("CREATE OR REPLACE TABLE coin (review VARCHAR, label BOOLEAN)")
+        con.duckdb.executemany("INSERT INTO coin VALUES (?, ?)", list(zip(texts, coin_flips(len(texts), seed))))
+        answers, result = yes_rows(con, f"AI.IF({PROMPT}, examples => (SELECT review, label FROM coin))")
+        report = result.stats.nodes[0].decision
+        kept += report["kept"]
+        if "label_rule_shuffled" in report and not report["kept"]:  # issue 41's check alone would have kept it
+            refused += 1
+            assert answers == own
+            (line,) = [l.text for l in quality_lines(result.stats) if "answers under labels" in l.text]
+            assert "the rule on the label probabilities is not kept: labels shuffled among the examples did as well" in line
+    assert refused >= 2 and kept <= 2

@@ -154,8 +154,10 @@ def over_fifty(con, options: str, **run) -> tuple[dict, object]:
 @pytest.fixture
 def probe_always(monkeypatch):
     """The probe is taken whenever one can be fitted (the tiny model's states and P(Yes) are both
-    noise, so the margin would usually keep the simpler rule)."""
+    noise, so the margin and the test against shuffled labels would usually keep the simpler rule)."""
     monkeypatch.setattr(learning, "MARGIN", -100.0)
+    monkeypatch.setattr(learning, "ALPHA", 1.0)
+    monkeypatch.setattr(learning, "above_chance", lambda candidate, labels: (True, 0.5))
 
 
 def test_planned_equals_naive_under_a_probe(make_connection, probe_always):

@@ -222,6 +222,20 @@ def examples_line(report: dict) -> str:
     evidence = report.get("probe_evidence")
     if evidence is not None and chosen["name"] == PROBE and evidence["measure"].startswith("balanced log-loss"):
         text += f"; the probe's balanced log-loss on the examples is {evidence['gain']:.2f} below the offsets' (taken above {evidence['margin']:.2f})"
+    if evidence is not None and "chance" in evidence and chosen["name"] != PROBE and evidence["gain"] >= evidence["margin"]:
+        text += f"; the probe is not taken: its interval reaches chance ({evidence['chance']:.2f})"
+    probe_shuffled = (evidence or {}).get("shuffled")
+    if probe_shuffled is not None and chosen["name"] != PROBE and probe_shuffled["p"] > probe_shuffled["alpha"]:
+        text += (
+            f"; the probe is not taken: fitted on labels shuffled among the examples it ranked as well "
+            f"{probe_shuffled['as_good']} times in {probe_shuffled['shuffles']} (p = {probe_shuffled['p']:.2f})"
+        )
+    shuffled = report.get("label_rule_shuffled")
+    if shuffled is not None and not report.get("label_rule_kept"):
+        text += (
+            f"; the rule on the label probabilities is not kept: labels shuffled among the examples did as well "
+            f"{shuffled['as_good']} times in {shuffled['shuffles']} (p = {shuffled['p']:.2f}; kept at p <= {shuffled['alpha']:g})"
+        )
     if report.get("probe"):
         text += f"; no probe: {report['probe']}"
     return text
