@@ -42,7 +42,7 @@ import probes  # noqa: E402
 
 import math  # noqa: E402
 
-from aisql.functions import by_name, decision, probe  # noqa: E402
+from aisql.functions import by_name, decision, learning, probe  # noqa: E402
 
 ALPHAS = (0.05, 0.2, 0.3)
 PERMUTATION_ALPHAS = (0.05, 0.1)
@@ -81,14 +81,7 @@ def permutation_p(function, plain, rows_ex: list, labels_ex: list, own: list) ->
     does): (1 + shuffles as good) / (1 + SHUFFLES). Stops once both exceed the largest alpha (a
     p above it is reported as 1)."""
     def loo_of(labels: list) -> list:
-        def held_out(train: list[int], i: int):
-            try:
-                rule = function.fit_decision(plain, [rows_ex[j] for j in train], [labels[j] for j in train])
-            except ValueError:
-                return own[i]
-            return function.value_from_scores(dataclasses.replace(plain, decision=rule), rows_ex[i])
-
-        return decision.leave_one_out(len(rows_ex), held_out)
+        return learning.held_out_answers(function, plain, rows_ex, labels, own)
 
     observed = loo_of(labels_ex)
     q0 = function.example_quality(observed, labels_ex)
@@ -111,15 +104,7 @@ def one_draw(data, function, examples: list[int], scored: list[int], labels_ex: 
     plain = dataclasses.replace(data.task, decision=None)
     rows_ex = [data.logprobs[i] for i in examples]
     own = [function.value_from_scores(plain, r) for r in rows_ex]
-
-    def held_out(train: list[int], i: int):
-        try:
-            rule = function.fit_decision(plain, [rows_ex[j] for j in train], [labels_ex[j] for j in train])
-        except ValueError:
-            return own[i]
-        return function.value_from_scores(dataclasses.replace(plain, decision=rule), rows_ex[i])
-
-    loo = decision.leave_one_out(len(rows_ex), held_out)
+    loo = learning.held_out_answers(function, plain, rows_ex, labels_ex, own)
     perm_quality, perm_gain = permutation_p(function, plain, rows_ex, labels_ex, own)
     gain = function.example_quality(loo, labels_ex) - function.example_quality(own, labels_ex)
     better = gain > 0

@@ -249,15 +249,7 @@ def ungated_rule(function, plain, rows_ex: list, labels_ex: list):
     """Issue 41's rule as it was: fitted on the examples, kept where its answers held out one at
     a time beat the model's own on them — no test against shuffled labels (issue 58, cause 15)."""
     own = [function.value_from_scores(plain, r) for r in rows_ex]
-
-    def held_out(train: list[int], i: int):
-        try:
-            rule = function.fit_decision(plain, [rows_ex[j] for j in train], [labels_ex[j] for j in train])
-        except ValueError:
-            return own[i]
-        return function.value_from_scores(dataclasses.replace(plain, decision=rule), rows_ex[i])
-
-    loo = decision.leave_one_out(len(rows_ex), held_out)
+    loo = learning.held_out_answers(function, plain, rows_ex, labels_ex, own)
     if function.example_quality(loo, labels_ex) > function.example_quality(own, labels_ex):
         return function.fit_decision(plain, rows_ex, labels_ex)
     return None

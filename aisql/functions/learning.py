@@ -95,17 +95,7 @@ def choose(function: "AIFunction", task: "Task", rows: Sequence[Sequence[float]]
     own = [function.value_from_scores(plain, r) for r in rows]
 
     def held_out(shown: Sequence[Any]) -> list:
-        """The rule's answers to the examples held out one at a time, fitted on `shown` as the
-        labels (the real ones, or shuffled for the permutation test)."""
-
-        def fit_and_predict(train: list[int], i: int) -> Any:
-            try:
-                rule = function.fit_decision(plain, [rows[j] for j in train], [shown[j] for j in train])
-            except ValueError:  # the others lack a class: the function's own answer
-                return own[i]
-            return function.value_from_scores(dataclasses.replace(task, decision=rule), rows[i])
-
-        return decision.leave_one_out(len(rows), fit_and_predict)
+        return held_out_answers(function, task, rows, shown, own)
 
     fitted = function.fit_decision(plain, rows, labels)
     loo = held_out(labels)
@@ -161,6 +151,22 @@ def choose(function: "AIFunction", task: "Task", rows: Sequence[Sequence[float]]
     if evidence is not None:
         report["probe_evidence"] = evidence  # what decided: the probe taken where gain >= margin and shuffled["p"] <= alpha
     return Choice(chosen, report, answers)
+
+
+def held_out_answers(function: "AIFunction", task: "Task", rows: Sequence[Sequence[float]], labels: Sequence[Any], own: Sequence[Any]) -> list:
+    """The label-probability rule's answers to the examples held out one at a time, fitted on
+    `labels` (the real ones, or shuffled for the permutation test); where the others lack a
+    class, the model's own answer (`own`)."""
+    plain = dataclasses.replace(task, decision=None)
+
+    def fit_and_predict(train: list[int], i: int) -> Any:
+        try:
+            rule = function.fit_decision(plain, [rows[j] for j in train], [labels[j] for j in train])
+        except ValueError:
+            return own[i]
+        return function.value_from_scores(dataclasses.replace(task, decision=rule), rows[i])
+
+    return decision.leave_one_out(len(rows), fit_and_predict)
 
 
 def shuffled_labels_test(held_out_quality, labels: Sequence[Any], observed: float) -> dict:
