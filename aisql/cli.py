@@ -108,7 +108,7 @@ def _connect(
     model_map: tuple[str, ...] = (),
 ):
     from aisql.api import Connection
-    from aisql.engine.model.loader import EngineOptions
+    from aisql.engine.options import EngineOptions
     from aisql.executor.script import read_model_map
 
     if db and not Path(db).parent.exists():
@@ -239,7 +239,7 @@ def _engine_options(
     device: str, kv_budget: str | None, quantize: str | None, no_prefix_cache: bool, no_speculation: bool, dtype: str = "auto", kv_eviction: str = "reuse",
     threads: int | None = None, request_timeout: float | None = None,
 ):
-    from aisql.engine.model.loader import EngineOptions
+    from aisql.engine.options import EngineOptions
     from aisql.engine.model.numerics import check_device
 
     check_device(device)

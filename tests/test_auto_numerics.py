@@ -84,7 +84,8 @@ def test_cpu_flags_come_from_the_os_and_a_settled_choice_needs_no_torch(bf16_cpu
 
 
 def test_the_test_model_and_quantized_weights_stay_float32(tmp_path):
-    from aisql.engine.model.loader import EngineOptions, resolved_dtype_name
+    from aisql.engine.model.loader import resolved_dtype_name
+    from aisql.engine.options import EngineOptions
 
     never = lambda: pytest.fail("measured")  # noqa: E731
     assert resolved_dtype_name(EngineOptions(), "cpu", "tiny-id", never, is_test=True) == "float32"

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aisql.engine.model.loader import EngineOptions, hf_fingerprint
+from aisql.engine.model.loader import hf_fingerprint
+from aisql.engine.options import EngineOptions
 from aisql.functions import by_name
 from aisql.functions.ai_classify import ClassifyOptions
 from aisql.functions.ai_generate import GenerateOptions

@@ -17,7 +17,8 @@ from conftest import EXAMPLES, load_example_tables
 
 from aisql.api import Connection
 from aisql.cli import main
-from aisql.engine.model.loader import EngineOptions, resolve_model
+from aisql.engine.model.loader import resolve_model
+from aisql.engine.options import EngineOptions
 from aisql.executor.answer_store import Answer
 from aisql.executor.budget import Budget, BudgetExceeded
 from aisql.executor.cache import CacheError, SqliteAnswerStore

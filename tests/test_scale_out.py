@@ -16,7 +16,7 @@ from aisql.errors import AisqlError, ModelError
 from aisql.executor.cluster.pool import ClusterOptions
 from aisql.executor.cache import open_answer_store
 from aisql.executor.cluster.shards import PrefixLedger, prefix_groups
-from aisql.executor.evaluate import Prepared
+from aisql.executor.request_kinds import Prepared
 from aisql.executor.cluster.shard_plan import Group, ShardCutter, simulate, split_heavy
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

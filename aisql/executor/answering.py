@@ -28,7 +28,8 @@ from aisql.executor.answer_store import Answer, AnswerStore, in_memory, reader_o
 from aisql.executor.budget import BudgetExceeded
 from aisql.executor.answer_types import AnswerCounts, RunOptions
 from aisql.executor.checkpoints import ChunkSizer
-from aisql.executor.evaluate import Prepared, answer_prepared, prepare
+from aisql.executor.evaluate import answer_prepared, prepare
+from aisql.executor.request_kinds import Prepared
 from aisql.executor.request_kinds import kind_of
 from aisql.functions import Task
 

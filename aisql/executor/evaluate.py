@@ -8,14 +8,13 @@ may run the ordered prompts in chunks, committing answers after each one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from aisql.engine.model.prompt_format import encode_labels
 from aisql.engine.base import Engine
 from aisql.errors import ModelError
 from aisql.executor.answer_store import Answer
-from aisql.executor.request_kinds import kind_of
+from aisql.executor.request_kinds import Prepared, kind_of
 from aisql.functions import Task
 
 from aisql.executor.option_rules import OVERFLOW_MODES  # noqa: F401 - where the executor reads it
@@ -23,13 +22,6 @@ from aisql.executor.option_rules import OVERFLOW_MODES  # noqa: F401 - where the
 
 class ContextOverflow(ModelError):
     """A prompt does not fit the model's context (and --on-overflow is error)."""
-
-
-@dataclass(frozen=True)
-class Prepared:
-    text: str
-    ids: tuple[int, ...]
-    truncated: bool = False
 
 
 def prepare(

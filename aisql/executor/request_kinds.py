@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 from aisql.engine.model.prompt_format import encode_labels
 from aisql.engine.base import Engine, GenerateRequest, ScoreRequest
@@ -23,10 +23,19 @@ from aisql.functions import Request, Task
 from aisql.functions.base import STALE
 from aisql.functions.hidden_states import pack_state
 
-if TYPE_CHECKING:
-    from aisql.executor.evaluate import Prepared
 
-RunPrepared = Callable[[Engine, Task, Sequence["Prepared"], bool], dict[str, Answer]]  # (engine, task, items, naive)
+
+@dataclass(frozen=True)
+class Prepared:
+    """A prompt text encoded in the model's format, ready for the engine (aisql.executor.evaluate
+    prepares them; a request kind runs them)."""
+
+    text: str
+    ids: tuple[int, ...]
+    truncated: bool = False
+
+
+RunPrepared = Callable[[Engine, Task, Sequence[Prepared], bool], dict[str, Answer]]  # (engine, task, items, naive)
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,7 @@ class RequestKind:
     embedding: bool = False  # answered by the embedding model (aisql.executor.embedding_runtime), not the LLM
 
 
-def _score(engine: Engine, task: Task, items: Sequence["Prepared"], naive: bool) -> dict[str, Answer]:
+def _score(engine: Engine, task: Task, items: Sequence[Prepared], naive: bool) -> dict[str, Answer]:
     """Each prompt's labels scored in one forward pass (with its hidden state, where the task
     keeps them). The value is the task's rule applied to the answer as it is stored — the
     float16 state, not the pass's float32 one — so a fresh and a cached answer decide alike."""
@@ -67,7 +76,7 @@ def scored_answer(task: Task, scores, cost: int) -> Answer:
     return dataclasses.replace(raw, value=value)
 
 
-def _generate(engine: Engine, task: Task, items: Sequence["Prepared"], naive: bool) -> dict[str, Answer]:
+def _generate(engine: Engine, task: Task, items: Sequence[Prepared], naive: bool) -> dict[str, Answer]:
     """Greedy decoding, batched with prefix reuse and speculation (planned), or seeded sampling."""
     if task.sampling is not None:
         return _sample(engine, task, items)
@@ -81,7 +90,7 @@ def _generate(engine: Engine, task: Task, items: Sequence["Prepared"], naive: bo
     }
 
 
-def _sample(engine: Engine, task: Task, items: Sequence["Prepared"]) -> dict[str, Answer]:
+def _sample(engine: Engine, task: Task, items: Sequence[Prepared]) -> dict[str, Answer]:
     """Seeded sampling: each prompt's draws come from a seed of (the call's seed, its text), and
     each prompt runs alone with nothing reused in either mode — identical numerics, so planned ==
     naive and a cached answer is the answer a rerun would draw."""

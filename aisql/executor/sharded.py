@@ -17,7 +17,7 @@ from aisql.executor.answer_store import Answer, in_memory
 from aisql.executor.cluster.engine import ClusterEngine
 from aisql.executor.cluster.shard_plan import Group, ShardCutter
 from aisql.executor.cluster.shards import prefix_groups
-from aisql.executor.evaluate import Prepared
+from aisql.executor.request_kinds import Prepared
 from aisql.functions import Task
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from sqlglot import exp
 from aisql.engine.model.prompt_format import Framing
 from aisql.errors import BindError
 from aisql.functions import arguments
-from aisql.functions import decision
+from aisql.functions import decision, learning
 from aisql.functions.decision import Decision
 
 
@@ -351,8 +351,6 @@ class AIFunction:
         """The rule labelled examples support, and the report of its choice (aisql.functions.learning):
         the model's own answers, a rule on the label probabilities (kept only if it does better
         held out), or a probe on the hidden states (`states`; chosen only if clearly better)."""
-        from aisql.functions import learning
-
         return learning.learn(self, task, rows, labels, states)
 
     # A probe on the hidden state predicts a label index (CLASSES) or a number on the scale

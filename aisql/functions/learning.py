@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
@@ -44,8 +44,27 @@ from aisql.functions import decision, probe
 from aisql.functions.decision import Decision
 from aisql.functions.hidden_states import unpack_states
 
-if TYPE_CHECKING:
-    from aisql.functions.base import AIFunction, Task
+
+
+class Task(Protocol):
+    """What the chooser reads of a call's task (aisql.functions.base.Task): its labels."""
+
+    labels: tuple[str, ...]
+
+
+class AIFunction(Protocol):
+    """What the chooser asks of an AI function (aisql.functions.base.AIFunction, which calls
+    `learn` here): this module reads no more of it, so it imports nothing above it."""
+
+    probe_kind: str | None
+    choice_name: str
+
+    def fit_decision(self, task: Task, rows: Sequence[Sequence[float]], labels: Sequence[Any]) -> Decision: ...
+    def value_from_scores(self, task: Task, logprobs: Sequence[float]) -> Any: ...
+    def value_from_probe(self, task: Task, prediction: Any) -> Any: ...
+    def probe_target(self, task: Task, label: Any) -> Any: ...
+    def example_quality(self, predicted: Sequence[Any], labels: Sequence[Any]) -> float: ...
+    def choice_quality(self, predicted: Sequence[Any], labels: Sequence[Any]) -> float: ...
 
 # The probe's margin: MARGIN / sqrt(examples) of balanced log-loss (AI.IF, AI.CLASSIFY: nats per
 # example, the probe against the fitted offsets) or of Spearman's rho (AI.SCORE). Chosen on

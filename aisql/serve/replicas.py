@@ -34,7 +34,7 @@ from typing import Any
 from aisql.engine.base import ModelInfo
 from aisql.engine.continuous import FinishEvent, ServeRequest, TokenEvent
 from aisql.engine.continuous.request import RequestTimes, Sink
-from aisql.engine.model.loader import EngineOptions
+from aisql.engine.options import EngineOptions
 from aisql.errors import AisqlError, ModelError
 from aisql.extras import install_hint
 from aisql.serve.routing import BLOCK_TOKENS, DEFAULT_IMBALANCE, NoReplica, ReplicaState, RouteRequest, make_router

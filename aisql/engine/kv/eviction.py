@@ -7,10 +7,19 @@ what a node is worth changes as the running call's requests come and go.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from aisql.engine.kv.radix import RadixNode
+
+class RadixNode(Protocol):
+    """What a policy reads of a cached node (aisql.engine.kv.radix.RadixNode): the radix tree
+    imports the policies, so they name the node by the fields they read, not by import."""
+
+    pending: int
+    uses: int
+    start: int
+    end: int
+    tokens: Sequence[int]
+    last_access: int
 
 
 class EvictionPolicy(Protocol):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from aisql.paths import cache_root, save_cache_file
 
 if TYPE_CHECKING:
-    from aisql.engine.model.loader import EngineOptions
+    from aisql.engine.options import EngineOptions
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".model")
 _SHA256_NAME = re.compile(r"^[0-9a-f]{64}$")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from aisql.engine.base import Engine, ModelInfo
+from aisql.engine.options import EngineOptions
 from aisql.engine.model.fingerprint import directory_fingerprint, numerics_suffix
 from aisql.engine.model.hub import hub_snapshot
 from aisql.engine.model.model_files import check_model_directory, loader_failure
@@ -29,22 +30,6 @@ from aisql.errors import ModelError
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 OFFLINE_MODEL = "smollm2"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16
-    max_batch_tokens: int | None = None  # padded new tokens per forward pass; default per device
-    max_batch_size: int | None = None
-    kv_budget: int | None = None  # bytes for the prefix KV cache; default from free memory
-    kv_eviction: str = "reuse"  # which cached prefixes go first when it is full: "reuse" | "lru" (aisql.engine.kv.eviction)
-    prefix_cache: bool = True
-    speculative: bool = True  # prompt-lookup speculative decoding (lossless)
-    quantize: str | None = None  # None | "int8" (CPU) | "fp8" (weights) | "bf16" (weights)
-    threads: int | None = None  # CPU threads; None: the idle usable cores, re-read as load changes (aisql.engine.threads)
-    vllm_block_size: int | None = None  # vllm: engines: KV block size (default 32 on CPU, 16 on GPU)
-    request_timeout: float | None = None  # openai: engines: seconds one request may wait (default: remote.DEFAULT_REQUEST_TIMEOUT)
 
 
 def resolve_model_spec(spec: str | None) -> tuple[str, bool]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from aisql.extras import install_hint
-from aisql.engine.model.loader import EngineOptions
+from aisql.engine.options import EngineOptions
 from aisql.errors import AisqlError, ModelError
 from aisql.executor.cluster.worker import WorkerInfo
 

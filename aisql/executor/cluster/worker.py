@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from aisql.engine.base import EngineStats, GenerateRequest, ModelInfo, ScoreRequest
-from aisql.engine.model.loader import EngineOptions
+from aisql.engine.options import EngineOptions
 from aisql.executor.answer_store import Answer, AnswerColumns
-from aisql.executor.evaluate import Prepared, answer_prepared, prepare
+from aisql.executor.evaluate import answer_prepared, prepare
+from aisql.executor.request_kinds import Prepared
 from aisql.functions import Task
 
 
