@@ -24,9 +24,9 @@ import duckdb
 from aisql.engine.base import Engine
 from aisql.engine.model.loader import ResolvedModel
 from aisql.errors import AisqlError, AisqlWarning, ConnectionBusyError, DataError
-from aisql.executor.answer_store import AnswerStore
+from aisql.executor.store.answer_store import AnswerStore
 from aisql.executor.duckdb_errors import file_error
-from aisql.executor.explaining import explain_script
+from aisql.executor.estimates.explaining import explain_script
 from aisql.executor.query import QueryResult, RunRequest, run_script
 from aisql.planner.explain import Explanation
 from aisql.executor.session import ModelSession
@@ -82,7 +82,7 @@ class Connection:
         self.session = session or ModelSession(warn=warn, **model_options)
         self.last_result: QueryResult | None = None  # of the last .sql() call
         # Say through Python's `warnings` when a run's answers carry little signal
-        # (aisql.executor.signals); the CLI and the shell print them in their summary instead.
+        # (aisql.executor.report.signals); the CLI and the shell print them in their summary instead.
         self.quality_warnings = True
         # One call at a time: a DuckDB connection (and a run's temporary functions and tables on
         # it) is not shared by concurrent calls. A second thread is refused, not queued.
@@ -160,7 +160,7 @@ class Connection:
             if notebook_bar is not None:
                 notebook_bar.close()
         if self.quality_warnings:
-            from aisql.executor.signals import warnings_of
+            from aisql.executor.report.signals import warnings_of
 
             for message in warnings_of(result.stats):
                 warnings.warn(message, AisqlWarning, stacklevel=2)

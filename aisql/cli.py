@@ -585,7 +585,7 @@ def cache_clear(cache_path, yes, debug):
 
 
 def _open_cache(path: str | None):
-    from aisql.executor.cache import SqliteAnswerStore, default_cache_path
+    from aisql.executor.store.cache import SqliteAnswerStore, default_cache_path
 
     target = Path(path) if path else default_cache_path()
     if path and not target.exists():

@@ -42,7 +42,7 @@ class Plugin(BasePlugin):
         unknown = sorted(set(plugin_config) - known)
         if unknown:
             raise ValueError(f"aisql.dbt_plugin: unknown config key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        from aisql.executor.option_rules import check_run_options
+        from aisql.executor.options.option_rules import check_run_options
 
         try:
             check_run_options(**{key: plugin_config[key] for key in RUN_KEYS if key in plugin_config})
@@ -88,7 +88,7 @@ class Plugin(BasePlugin):
                 file=sys.stderr,
             )
         if used:  # answers that carry little signal are said even with quiet: they change what the models' rows mean
-            from aisql.executor.signals import warnings_of
+            from aisql.executor.report.signals import warnings_of
 
             for message in warnings_of(s for s in self.handle.stats.values() if s.rows_in):
                 print(f"aisql: warning: {message}", file=sys.stderr)

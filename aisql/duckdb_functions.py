@@ -34,11 +34,11 @@ import pyarrow as pa
 from aisql import functions as registry
 from aisql.engine.base import Engine
 from aisql.errors import AisqlError, AisqlWarning
-from aisql.executor.answer_types import RunOptions
-from aisql.executor.answer_store import Answer, AnswerStore
-from aisql.executor.bound_calls import with_arity
-from aisql.executor.checkpoints import DEFAULT_SECONDS
-from aisql.executor.run_stats import NodeStats
+from aisql.executor.answers.answer_types import RunOptions
+from aisql.executor.store.answer_store import Answer, AnswerStore
+from aisql.executor.node.bound_calls import with_arity
+from aisql.executor.options.checkpoints import DEFAULT_SECONDS
+from aisql.executor.report.run_stats import NodeStats
 from aisql.functions import AIFunction, Task
 from aisql.executor.session import ModelSession
 from aisql.sql.template import Template, parse_template
@@ -117,12 +117,12 @@ class DuckDBFunctions:
         return answers
 
     def _warn_once(self, function: str) -> None:
-        """A function whose answers carry little signal (aisql.executor.signals) says so through
+        """A function whose answers carry little signal (aisql.executor.report.signals) says so through
         Python's `warnings` once per registration: no end-of-query event reaches a DuckDB
         function, so the warning comes with the vector that crossed the line."""
         if function in self._warned:
             return
-        from aisql.executor.signals import warnings_of
+        from aisql.executor.report.signals import warnings_of
 
         said = warnings_of([self.stats[function]])
         if said:
@@ -132,7 +132,7 @@ class DuckDBFunctions:
     def summary(self) -> str:
         """Per function used: rows, prompts and what the answers say about themselves (the lines
         `aisql run` prints), one per line."""
-        from aisql.executor.signals import quality_lines
+        from aisql.executor.report.signals import quality_lines
 
         lines = []
         for name, stats in self.stats.items():
@@ -166,7 +166,7 @@ class DuckDBFunctions:
         return [answers[task][text].value for task, text in rows]
 
     def _count_signal(self, stats: NodeStats, task: Task, key: str, answers: dict[str, Answer], texts) -> None:
-        """Each distinct answer's signal once (aisql.executor.signals reads it at the end)."""
+        """Each distinct answer's signal once (aisql.executor.report.signals reads it at the end)."""
         counted = self._signal_counted.setdefault(key, set())
         decides = task.function.decides
         for text in texts:

@@ -38,7 +38,7 @@ import sqlglot
 from sqlglot import exp
 
 from aisql.errors import AisqlError
-from aisql.executor.answer_store import Answer
+from aisql.executor.store.answer_store import Answer
 from aisql.functions.decision import Decision
 from aisql.functions.hidden_states import unpack_states
 from aisql.planner.plan import AINode
@@ -83,7 +83,7 @@ def labels_file_in(examples_sql: str | None) -> str | None:
 
 def column_names(node: AINode) -> list[str]:
     """The labels file's columns for the call's arguments: the placeholders' column names, as
-    `examples` matches them (aisql.executor.decisions), `arg1`, ... for expressions."""
+    `examples` matches them (aisql.executor.node.decisions), `arg1`, ... for expressions."""
     names = [arg.name if isinstance(arg, exp.Column) else f"arg{i + 1}" for i, arg in enumerate(node.call.args)]
     if len({n.lower() for n in names}) != len(names):  # {a.id} and {b.id}: by position
         names = [f"arg{i + 1}" for i in range(len(names))]
@@ -180,7 +180,7 @@ class Labelling:
     def ask_model(self, progress=None) -> int:
         """The pool's answers with hidden states (through the result cache: the query's run reuses
         them). Returns how many the model was asked."""
-        from aisql.executor.answer_types import RunOptions
+        from aisql.executor.answers.answer_types import RunOptions
 
         rows = self.input_rows()
         done = {self.node.call.template.render(list(l.values)) for l in self.labelled}
@@ -344,7 +344,7 @@ class Labelling:
 def run_loop(labelling: Labelling, read: Callable[[str], str | None], say: Callable[[str], None], count: int | None = None) -> int:
     """Ask for labels until `count` are given, the rows run out, or the reader says stop (None:
     end of input; 'q'). Returns how many labels this session added."""
-    from aisql.executor.signals import examples_line
+    from aisql.executor.report.signals import examples_line
 
     added = 0
     while count is None or added < count:

@@ -345,22 +345,22 @@ def approximate_note(stats) -> str | None:
 
 
 def signal_lines(stats) -> list[tuple[str, bool]]:
-    """Per AI node, what its answers say about themselves (aisql.executor.signals): (line, True
+    """Per AI node, what its answers say about themselves (aisql.executor.report.signals): (line, True
     for a warning)."""
-    from aisql.executor.signals import quality_lines
+    from aisql.executor.report.signals import quality_lines
 
     return [(line.text, line.warning) for line in quality_lines(stats)]
 
 
 def print_quality(stats, warnings_only: bool = False) -> None:
-    """The nodes' quality lines (aisql.executor.signals) on stderr: warnings in yellow."""
+    """The nodes' quality lines (aisql.executor.report.signals) on stderr: warnings in yellow."""
     for line, worrying in signal_lines(stats):
         if worrying or not warnings_only:
             stderr.print(f"[yellow]warning: {escape(line)}[/yellow]" if worrying else f"[dim]{escape(line)}[/dim]")
 
 
 def print_summary(result, output: str | None) -> None:
-    from aisql.executor.summary import summary_line
+    from aisql.executor.report.summary import summary_line
 
     stderr.print("[dim]" + escape(summary_line(result, output)) + "[/dim]")
     print_quality(result.stats)

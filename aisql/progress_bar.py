@@ -31,7 +31,7 @@ class _Cached(ProgressColumn):
 
 
 class RichProgress:
-    """Implements aisql.executor.progress.Progress with rich bars on `console`."""
+    """Implements aisql.executor.report.progress.Progress with rich bars on `console`."""
 
     def __init__(self, console: Console, get_time: Callable[[], float] | None = None) -> None:
         clock = {"get_time": get_time} if get_time is not None else {}  # a test's clock; rich's monotonic one else

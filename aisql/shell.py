@@ -313,7 +313,7 @@ def _history() -> None:
         import atexit
         import readline
 
-        from aisql.executor.cache import default_cache_path
+        from aisql.executor.store.cache import default_cache_path
 
         path = Path(default_cache_path()).parent / "shell_history"
         path.parent.mkdir(parents=True, exist_ok=True)

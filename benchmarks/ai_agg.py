@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import aisql
-from aisql.executor import aggregate
+from aisql.executor.answers import aggregate
 
 HERE = Path(__file__).resolve().parent
 REVIEWS = HERE.parent / "examples" / "data" / "reviews.csv"

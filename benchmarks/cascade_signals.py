@@ -7,7 +7,7 @@ A signal: 2,000 (or 5,000) rows, 76% positive for the oracle (SemBench's share),
 P(yes) a logistic of separation * (+-1) + normal noise (sd 1.5): separation 1 is a weak proxy
 (AUC ~0.8), 2 a good one (~0.95), 3 a close one (~0.99). Targets 0.9 / 0.9 / delta 0.05 against
 the oracle. No model runs: the oracle's answers and the proxy's scores are the signal itself, so
-this measures the statistics alone (aisql.executor.score_first). Results:
+this measures the statistics alone (aisql.executor.approximate.score_first). Results:
 results/cascade_signals.json; RESULTS.md §26.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 from scipy.stats import binom
 from sklearn.metrics import roc_auc_score
 
-from aisql.executor.score_first import run_score_first
+from aisql.executor.approximate.score_first import run_score_first
 from aisql.planner.approximation import Targets
 
 HERE = Path(__file__).resolve().parent

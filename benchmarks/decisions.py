@@ -310,10 +310,10 @@ def yes_no_task(record: dict, seeds: int) -> dict:
 
 def product_warning(rows) -> str | None:
     """What aisql's run summary would warn for a node answering these rows (its distinct prompts),
-    through the product's own code (aisql.executor.signals)."""
-    from aisql.executor.answer_store import Answer
-    from aisql.executor.run_stats import NodeStats
-    from aisql.executor.signals import warnings_of
+    through the product's own code (aisql.executor.report.signals)."""
+    from aisql.executor.store.answer_store import Answer
+    from aisql.executor.report.run_stats import NodeStats
+    from aisql.executor.report.signals import warnings_of
 
     node = NodeStats(node="ai_1", function="AI.IF", strategy="prefetch")
     for r in {tuple(r) for r in rows}:

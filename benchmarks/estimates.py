@@ -5,7 +5,7 @@ on both sides) and on SemBench movie queries as BigQuery runs them (full data).
     python benchmarks/estimates.py [--repeat 3] [--sample 16]
 
 The engine's speed is calibrated the way a user's first run calibrates it: one planned run of Q1
-(recorded per model by aisql.executor.throughput); then, per query, `explain` first (no model
+(recorded per model by aisql.executor.estimates.throughput); then, per query, `explain` first (no model
 run but `--sample` prompts per AI predicate for its selectivity, as `aisql explain --sample 16`),
 then `--repeat` planned runs from a cold prefix cache: measured AI time = the AI nodes'
 wall time (median), model load reported apart. Targets: time within 2x, tokens within 20%.

@@ -20,7 +20,7 @@ rows for
 - the exact plan under the rule the labelled pairs choose (`exact_labels`: AIFunction.learn —
   the probe on the pairs' hidden states where clearly better),
 - join as classification (`classify`: P(candidate | row) > 1 / M),
-- the strategy chosen against the labelled pairs (`chosen`: aisql.executor.join_rewrite.judge_by_labels)
+- the strategy chosen against the labelled pairs (`chosen`: aisql.executor.joins.join_rewrite.judge_by_labels)
 with the tokens each costs. Results: results/join_labels_<model>.json (RESULTS.md §34).
 """
 
@@ -118,8 +118,8 @@ def timed_run(con, sql: str) -> tuple[object, dict]:
 
 def simulate(con_exact, con_classify, spec: dict, rows: list[str], seeds: int, labelled_rows: int) -> dict:
     """Every figure from the two runs' caches: seeded draws of labelled rows, F1 on the others."""
-    from aisql.executor import join_rewrite
-    from aisql.executor.answer_store import Answer
+    from aisql.executor.joins import join_rewrite
+    from aisql.executor.store.answer_store import Answer
     from aisql.functions import by_name, decision, learning
     from aisql.functions.ai_classify import FUNCTION as CLASSIFY
     from aisql.sql.template import parse_template
@@ -190,7 +190,7 @@ _JUDGE = None
 def forced_classify() -> None:
     """The next run's labels choose join as classification, whatever they say (its cost measured)."""
     global _JUDGE
-    from aisql.executor import join_rewrite
+    from aisql.executor.joins import join_rewrite
 
     _JUDGE = _JUDGE or join_rewrite.judge_by_labels
 
@@ -201,7 +201,7 @@ def forced_classify() -> None:
 
 
 def restore_judge() -> None:
-    from aisql.executor import join_rewrite
+    from aisql.executor.joins import join_rewrite
 
     if _JUDGE is not None:
         join_rewrite.judge_by_labels = _JUDGE

@@ -146,8 +146,8 @@ def classification_alone(con, template: str, model: str) -> dict:
     """Join as classification's own picks and scores over every pair (no check, nothing asked
     of the model but the cached classification), against the exact plan's answers and the human
     labels: what the rewrite answers where its check passes. Genres only (pairs by their text)."""
-    from aisql.executor import join_rewrite as rewrite
-    from aisql.executor.score_first import agreement
+    from aisql.executor.joins import join_rewrite as rewrite
+    from aisql.executor.approximate.score_first import agreement
 
     got: dict = {}
     original = rewrite.above_uniform_matches
@@ -174,7 +174,7 @@ def classification_alone(con, template: str, model: str) -> dict:
     picked, scores = got["picked"], got["scores"]
 
     score_of = dict(zip(got["texts"], scores.tolist()))
-    auc = agreement(score_of, dict(zip(got["texts"], human.tolist())))  # the cascade's AUC (aisql.executor.score_first)
+    auc = agreement(score_of, dict(zip(got["texts"], human.tolist())))  # the cascade's AUC (aisql.executor.approximate.score_first)
 
     return {
         "pairs": len(keys),

@@ -84,7 +84,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2")
     args = parser.parse_args()
-    from aisql.executor import join_rewrite
+    from aisql.executor.joins import join_rewrite
 
     out: dict = {"model": args.model, "tasks": {}}
     for name, build in TASKS.items():

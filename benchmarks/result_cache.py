@@ -21,7 +21,7 @@ from common import bench_engine, machine, write
 from datagen import tables
 from run import QUERIES, connection
 
-from aisql.executor.cache import SqliteAnswerStore
+from aisql.executor.store.cache import SqliteAnswerStore
 
 SQL = QUERIES["Q1_hot_leads"]
 

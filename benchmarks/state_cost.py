@@ -49,8 +49,8 @@ def main() -> None:
     from aisql.engine import load_engine
     from aisql.engine.base import ScoreRequest
     from aisql.engine.model.prompt_format import encode_labels
-    from aisql.executor.answer_store import Answer
-    from aisql.executor.cache import SqliteAnswerStore
+    from aisql.executor.store.answer_store import Answer
+    from aisql.executor.store.cache import SqliteAnswerStore
     from aisql.functions import by_name, decision, probe
     from aisql.functions.decision import Decision
     from aisql.functions.hidden_states import pack_state, unpack_states

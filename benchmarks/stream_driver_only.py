@@ -33,7 +33,7 @@ class _Result:
 
     def __init__(self, n: int) -> None:
         from aisql.engine.base import EngineStats
-        from aisql.executor.answer_store import AnswerColumns
+        from aisql.executor.store.answer_store import AnswerColumns
 
         self.answers = AnswerColumns([i % 2 == 0 for i in range(n)], [23] * n, [0.9] * n, [0.7] * n)
         self.truncated, self.busy_s, self.work = 0, 0.0, EngineStats()

@@ -219,7 +219,7 @@ def small_queries(label: str, repeat: int = 3) -> dict:
     import ray
 
     import aisql
-    from aisql.executor.cache import open_answer_store
+    from aisql.executor.store.cache import open_answer_store
     from aisql.executor.cluster.pool import ClusterOptions
     from datagen import tables
     from run import QUERIES

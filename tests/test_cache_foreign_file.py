@@ -14,9 +14,9 @@ import pytest
 from conftest import EXAMPLES, load_example_tables
 
 from aisql.api import Connection
-from aisql.executor import cache as cache_module
-from aisql.executor.answer_store import Answer
-from aisql.executor.cache import CacheError, SqliteAnswerStore
+from aisql.executor.store import cache as cache_module
+from aisql.executor.store.answer_store import Answer
+from aisql.executor.store.cache import CacheError, SqliteAnswerStore
 
 QUERY = "SELECT id FROM reviews WHERE AI.IF(PROMPT('{review} is positive (review {id})'))"  # a prompt per row: many commits
 

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from aisql.executor.cascade import Targets, clopper_pearson, run_cascade, thresholds
+from aisql.executor.approximate.cascade import Targets, clopper_pearson, run_cascade, thresholds
 
 pytest.importorskip("sklearn")
 

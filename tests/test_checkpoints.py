@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from conftest import EXAMPLES
 
-from aisql.executor.answer_store import MemoryAnswerStore
-from aisql.executor.answering import Answering, RunOptions
-from aisql.executor.checkpoints import FIRST_CHUNK_PROMPTS, ChunkSizer
+from aisql.executor.store.answer_store import MemoryAnswerStore
+from aisql.executor.answers.answering import Answering, RunOptions
+from aisql.executor.options.checkpoints import FIRST_CHUNK_PROMPTS, ChunkSizer
 from aisql.functions import by_name
 from aisql.functions.base import Options
 

@@ -190,7 +190,7 @@ class OrderRecorder:
 
 
 def test_prompts_run_depth_first_over_their_prefix_tree_and_grouped_by_a_hinted_anchor():
-    from aisql.executor.evaluate import evaluate
+    from aisql.executor.answers.evaluate import evaluate
     from aisql.functions import Task, by_name
 
     texts = ["b2 y", "a1 x", "b1 x", "a2 y", "a1 y", "b2 x"]

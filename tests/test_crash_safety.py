@@ -133,7 +133,7 @@ def test_every_answer_path_commits_at_most_checkpoint_every(tiny_engine, monkeyp
     """`--checkpoint-every 5` used to commit a selectivity sample (and the approximate proxy's
     embeddings) whole, 20-256 at a time: every path that pays for answers commits at most N."""
     import aisql
-    from aisql.executor.answer_store import MemoryAnswerStore
+    from aisql.executor.store.answer_store import MemoryAnswerStore
 
     commits: list[int] = []
 

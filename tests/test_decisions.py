@@ -1,4 +1,4 @@
-"""The decision rule (aisql.functions.decision, aisql.executor.decisions): labelled examples and
+"""The decision rule (aisql.functions.decision, aisql.executor.node.decisions): labelled examples and
 label-free calibrations place each answer on the model's own label probabilities; the rule is
 applied on read, so the cache keeps raw probabilities, planned == naive, and a rerun or a changed
 rule asks the model nothing."""
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from aisql.errors import AisqlError, AisqlWarning
-from aisql.executor.answer_store import Answer, MemoryAnswerStore
-from aisql.executor.cache import SqliteAnswerStore, _decode, _encode
-from aisql.executor.signals import examples_line
+from aisql.executor.store.answer_store import Answer, MemoryAnswerStore
+from aisql.executor.store.cache import SqliteAnswerStore, _decode, _encode
+from aisql.executor.report.signals import examples_line
 from aisql.functions import by_name, decision, learning
 from aisql.functions.ai_classify import ClassifyOptions
 from aisql.functions.ai_score import ScoreOptions
@@ -297,7 +297,7 @@ def test_bad_examples_and_calibrations_get_one_located_line(make_connection, cal
 
 
 def test_the_python_api_warns_when_answers_carry_little_signal(make_connection, monkeypatch):
-    from aisql.executor import signals
+    from aisql.executor.report import signals
 
     monkeypatch.setattr(signals, "ONE_SIDED_SHARE", 0.8)  # the random-weight model answers 89% No at this threshold
     con = make_connection()
@@ -343,7 +343,7 @@ def test_a_decimal_score_label_is_a_number_on_the_scale(make_connection):
 
 def test_coin_flip_labels_through_sql_leave_the_models_own_answers(make_connection):
     # the reported input end to end: the example data's 12 distinct reviews, labels from a coin
-    from aisql.executor.signals import quality_lines
+    from aisql.executor.report.signals import quality_lines
 
     con = make_connection()
     own, _ = yes_rows(con, f"AI.IF({PROMPT})")

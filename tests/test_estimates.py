@@ -1,11 +1,11 @@
-"""explain prices a query from the engine's measured speed with this model (aisql.executor.throughput)."""
+"""explain prices a query from the engine's measured speed with this model (aisql.executor.estimates.throughput)."""
 
 from __future__ import annotations
 
 import pytest
 
 import aisql
-from aisql.executor import throughput
+from aisql.executor.estimates import throughput
 
 
 def test_throughput_log_records_and_decays(tmp_path):
@@ -42,7 +42,7 @@ def test_explain_counts_a_small_nodes_prefix_tree_exactly(make_connection, tiny_
     planned tokens equal what a cold engine computes — a join, classification with multi-token
     labels, two nodes sharing a prefix — and the sample-based model is what a node too big for
     the budget (or whose input depends on another node's answers) falls back to."""
-    from aisql.executor import measured_statistics
+    from aisql.executor.estimates import measured_statistics
 
     queries = [
         "SELECT c.id, p.id FROM customers c JOIN products p ON AI.IF(PROMPT('{c.profile} might buy this: {p.description}')) WHERE c.id <= 12",
@@ -69,8 +69,9 @@ def test_a_huge_cross_join_is_counted_without_rendering_and_refused(tiny_engine,
     EXACT_DISTINCT_ROWS), the sample keeps only small hashes, and a node past MAX_HELD_PROMPTS is
     refused before any prompt is rendered. Scaled down here by lowering both limits."""
     from aisql.errors import AisqlError
-    from aisql.executor import measured_statistics, query
-    from aisql.executor.measured_statistics import MeasuredStatistics
+    from aisql.executor.estimates import measured_statistics
+    from aisql.executor import query
+    from aisql.executor.estimates.measured_statistics import MeasuredStatistics
 
     sql = "SELECT a.range, b.range FROM range(300) a, range(300) b WHERE AI.IF(PROMPT('Is {0} below {1}?', a.range, b.range))"
     con = aisql.Connection(engine=tiny_engine, cache=False)
@@ -101,7 +102,7 @@ def test_a_never_loaded_model_gets_a_load_estimate_from_other_loads(tmp_path):
     """explain on a model never loaded here (a new GGUF) says its load time from the loads of
     other models on this machine: a line through them when their sizes differ, else the one
     size's load scaled by the square root of the size ratio; nothing when none was loaded."""
-    from aisql.executor import throughput
+    from aisql.executor.estimates import throughput
 
     path = tmp_path / "throughput.json"
     assert throughput.estimated_load(10**9, path) is None

@@ -1,14 +1,14 @@
 """An AI join with labelled pairs (`examples => ...` on a join's AI.IF): its strategies — join as
 classification and the exact plan — are judged against the labels, not against the model's own
-pair answers, and the output says so (aisql.executor.join_answers). Without labels the check
+pair answers, and the output says so (aisql.executor.joins.join_answers). Without labels the check
 against the model decides, as before."""
 
 from __future__ import annotations
 
 import pytest
 
-from aisql.executor import join_answers
-from aisql.executor.signals import quality_lines
+from aisql.executor.joins import join_answers
+from aisql.executor.report.signals import quality_lines
 from aisql.output import approximate_note
 
 JOIN = (

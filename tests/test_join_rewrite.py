@@ -1,4 +1,4 @@
-"""AI joins without N x M questions (aisql.executor.join_rewrite): the pair split, the two scores,
+"""AI joins without N x M questions (aisql.executor.joins.join_rewrite): the pair split, the two scores,
 the strategy chosen and said, the quality check that falls back, exact mode untouched, bad options.
 The product path runs the tiny model (answers meaningless, the mechanics real)."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from aisql.errors import AisqlError
-from aisql.executor import join_rewrite
+from aisql.executor.joins import join_rewrite
 
 ASPECTS = ("quality", "price", "size", "delivery", "durability")
 JOIN = """

@@ -1,4 +1,4 @@
-"""Cascades with a proxy LLM (aisql.executor.score_first, importance, betting_bounds,
+"""Cascades with a proxy LLM (aisql.executor.approximate.score_first, importance, betting_bounds,
 proxy_choice): the statistics on a synthetic two-model signal over many seeds, the bounds'
 coverage, the proxy chosen and said, labels, the result cache kept apart per model, fallback.
 The product path runs a real (tiny) oracle and a real proxy: the tiny model with its weights
@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aisql.executor.betting_bounds import betting_lower_bound, betting_upper_bound
-from aisql.executor.proxy_choice import choose_proxy
-from aisql.executor.score_first import run_score_first
+from aisql.executor.approximate.betting_bounds import betting_lower_bound, betting_upper_bound
+from aisql.executor.approximate.proxy_choice import choose_proxy
+from aisql.executor.approximate.score_first import run_score_first
 from aisql.planner.approximation import Targets
 from conftest import shaken_tiny_model
 
@@ -82,7 +82,7 @@ def test_a_proxy_without_signal_falls_back_to_exact():
 def test_an_auto_chosen_proxy_that_disagrees_is_dropped_after_a_pilot():
     """The pilot's rows are the sample's first: a proxy that ranks the oracle's answers poorly is
     never asked for the other rows, and the node is exact; one that agrees goes on."""
-    from aisql.executor.score_first import PILOT_ROWS
+    from aisql.executor.approximate.score_first import PILOT_ROWS
 
     texts, truth, good = two_models(2000, separation=2.0)
     rng = np.random.default_rng(0)
@@ -269,7 +269,7 @@ def test_cli_proxy_model_implies_approximate_and_is_said(tmp_path, perturbed_tin
 
 @pytest.mark.slow  # over ~2.5 s: the fast tier stays under 3 min
 def test_smollm2s_size_is_read_from_its_gguf_header_without_loading_it():
-    from aisql.executor.proxy_choice import installed_decoder_params
+    from aisql.executor.approximate.proxy_choice import installed_decoder_params
 
     params = installed_decoder_params("smollm2")
     if params is None:
@@ -281,9 +281,9 @@ def test_smollm2s_size_is_read_from_its_gguf_header_without_loading_it():
 def test_a_proxys_pilot_rows_are_scored_once_and_counted_once():
     """The pilot scores the sample's first rows, then the full pass scores every row: the
     proxy's model sees each text once and its counts are the node's, not the last call's."""
-    from aisql.executor.answer_store import Answer
-    from aisql.executor.answering import AnswerCounts
-    from aisql.executor.node_runtime import ProxyScorer
+    from aisql.executor.store.answer_store import Answer
+    from aisql.executor.answers.answering import AnswerCounts
+    from aisql.executor.node.node_runtime import ProxyScorer
 
     asked: list[list[str]] = []
 
@@ -301,7 +301,7 @@ def test_a_proxys_pilot_rows_are_scored_once_and_counted_once():
         def model_name(self):
             return "fake-proxy"
 
-    from aisql.executor.answer_types import RunOptions
+    from aisql.executor.answers.answer_types import RunOptions
 
     scorer = ProxyScorer(Session(), task=None, node_id="n1", description="AI.IF", options=RunOptions(checkpoint_every=256, checkpoint_seconds=5.0))
     texts = [f"t{i}" for i in range(100)]
@@ -333,7 +333,7 @@ def test_a_proxys_prompts_count_against_the_runs_budget(tmp_path, tiny_engine, p
     but the proxy's 480 and the oracle's answers together cross stops the run at the limit, with
     what was answered kept; a rerun with room asks only the rest."""
     import aisql
-    from aisql.executor.budget import BudgetExceeded
+    from aisql.executor.options.budget import BudgetExceeded
 
     con = aisql.connect(engine=tiny_engine, cache=str(tmp_path / "cache.db"), dtype="float32")
     con.sql(REVIEWS)
@@ -356,7 +356,7 @@ def test_a_proxy_reads_the_runs_overflow_mode(tiny_engine, perturbed_tiny):
     """Issue 58, cause 17, the sibling: the proxy ignored --on-overflow; with 'truncate' a row
     longer than the context is truncated for the proxy as for the oracle, never an error."""
     import aisql
-    from aisql.executor.evaluate import ContextOverflow
+    from aisql.executor.answers.evaluate import ContextOverflow
 
     con = aisql.connect(engine=tiny_engine, cache=False, dtype="float32")
     con.sql(REVIEWS)

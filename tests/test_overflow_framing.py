@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from aisql.executor.evaluate import ContextOverflow
+from aisql.executor.answers.evaluate import ContextOverflow
 
 MANY = ", ".join(f"'category number {i}'" for i in range(10_000))
 SQL = f"SELECT id, AI.CLASSIFY(PROMPT('Which fits {{0}}?', name), [{MANY}]) AS c FROM products WHERE id <= 3"
@@ -25,7 +25,7 @@ def test_labels_that_fill_the_context_are_the_calls_error_not_the_rows(make_conn
 def test_a_long_row_is_truncated_to_its_own_text_never_to_nothing(make_connection):
     """The sibling: labels that fit, a row that does not: truncation keeps the framing whole and
     at least MIN_ROW_TOKENS of the row, so rows that differ early get different answers' prompts."""
-    from aisql.executor.evaluate import MIN_ROW_TOKENS, prepare
+    from aisql.executor.answers.evaluate import MIN_ROW_TOKENS, prepare
 
     con = make_connection()
     engine = con.session.engine

@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from aisql.executor.answer_store import Answer, MemoryAnswerStore
-from aisql.executor.cache import SqliteAnswerStore, _decode, _encode
+from aisql.executor.store.answer_store import Answer, MemoryAnswerStore
+from aisql.executor.store.cache import SqliteAnswerStore, _decode, _encode
 from aisql.functions import by_name, learning, probe
 from aisql.functions.ai_classify import ClassifyOptions
 from aisql.functions.base import STALE, Options
@@ -244,7 +244,7 @@ def test_a_call_without_examples_keeps_no_states(make_connection):
 
 
 def test_the_examples_line_says_which_rule_answers_and_how_sure(make_connection, probe_always):
-    from aisql.executor.signals import quality_lines
+    from aisql.executor.report.signals import quality_lines
 
     con = make_connection()
     _, result = over_fifty(con, customers_examples(con, 1, 16))

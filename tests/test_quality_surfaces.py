@@ -1,4 +1,4 @@
-"""A node's quality lines (aisql.executor.signals) reach every surface: the CLI's summary (also
+"""A node's quality lines (aisql.executor.report.signals) reach every surface: the CLI's summary (also
 with --quiet, for warnings), the shell, Python's warnings (tests/test_decisions.py) and dbt's
 end-of-run lines."""
 
@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from aisql.cli import main
-from aisql.executor import signals
-from aisql.executor.run_stats import NodeStats
+from aisql.executor.report import signals
+from aisql.executor.report.run_stats import NodeStats
 
 # 40 distinct prompts; with ONE_SIDED_SHARE at 0.5 every node is "one-sided" whatever the random model says
 QUERY = "SELECT i, AI.IF(PROMPT('Is {0} a prime number?', i)) AS prime FROM range(40) t(i)"

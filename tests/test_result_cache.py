@@ -19,10 +19,10 @@ from aisql.api import Connection
 from aisql.cli import main
 from aisql.engine.model.loader import resolve_model
 from aisql.engine.options import EngineOptions
-from aisql.executor.answer_store import Answer
-from aisql.executor.budget import Budget, BudgetExceeded
-from aisql.executor.cache import CacheError, SqliteAnswerStore
-from aisql.executor.evaluate import ContextOverflow
+from aisql.executor.store.answer_store import Answer
+from aisql.executor.options.budget import Budget, BudgetExceeded
+from aisql.executor.store.cache import CacheError, SqliteAnswerStore
+from aisql.executor.answers.evaluate import ContextOverflow
 
 HOT_LEADS = (EXAMPLES / "hot_leads.sql").read_text()
 TWO_NODES = (
@@ -453,7 +453,7 @@ def test_a_read_only_cache_is_said_as_such(tmp_path: Path, monkeypatch, read_onl
     from aisql.cli import main
     from click.testing import CliRunner
 
-    import aisql.executor.cache as cache_module
+    import aisql.executor.store.cache as cache_module
 
     cache = tmp_path / "ro" / "answers.sqlite"
     cache.parent.mkdir()

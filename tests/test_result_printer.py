@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from aisql.executor.query import QueryResult
-from aisql.executor.run_stats import NodeStats, RunStats
+from aisql.executor.report.run_stats import NodeStats, RunStats
 from aisql.executor.session import ModelUsed
 from aisql.output import ResultPrinter
 

@@ -14,9 +14,9 @@ from conftest import ROOT, load_example_tables
 
 from aisql.errors import AisqlError, ModelError
 from aisql.executor.cluster.pool import ClusterOptions
-from aisql.executor.cache import open_answer_store
+from aisql.executor.store.cache import open_answer_store
 from aisql.executor.cluster.shards import PrefixLedger, prefix_groups
-from aisql.executor.request_kinds import Prepared
+from aisql.executor.answers.request_kinds import Prepared
 from aisql.executor.cluster.shard_plan import Group, ShardCutter, simulate, split_heavy
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -309,9 +309,9 @@ def test_max_prompts_holds_with_shards_in_flight(pool_con):
     """Shards in flight reserve their prompts: the workers never answer past --max-prompts."""
     import threading
 
-    from aisql.executor.answering import Answering, RunOptions
-    from aisql.executor.answer_store import MemoryAnswerStore
-    from aisql.executor.budget import Budget, BudgetExceeded
+    from aisql.executor.answers.answering import Answering, RunOptions
+    from aisql.executor.store.answer_store import MemoryAnswerStore
+    from aisql.executor.options.budget import Budget, BudgetExceeded
 
     store = MemoryAnswerStore()
     options = RunOptions(budget=Budget(max_prompts=10), checkpoint_every=4)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from aisql.errors import AisqlError
-from aisql.executor.answer_store import Answer
-from aisql.executor.cache import _decode, _encode
-from aisql.executor.run_stats import NodeStats, RunStats
+from aisql.executor.store.answer_store import Answer
+from aisql.executor.store.cache import _decode, _encode
+from aisql.executor.report.run_stats import NodeStats, RunStats
 from aisql.output import signal_lines
 
 ASK = "SELECT id, AI.IF(PROMPT('Is this review positive? {{review}}'){options}) AS yes FROM reviews ORDER BY id"
@@ -97,7 +97,7 @@ def test_the_duckdb_functions_count_generated_answers(tiny_engine):
     import duckdb
 
     import aisql
-    from aisql.executor.signals import quality_lines
+    from aisql.executor.report.signals import quality_lines
 
     con = duckdb.connect()
     handle = aisql.register(con, engine=tiny_engine, cache=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from aisql.executor.answer_index import MISSING, AnswerIndex, digest
+from aisql.executor.store.answer_index import MISSING, AnswerIndex, digest
 from aisql.executor.cluster import streamed_input
 from aisql.executor.cluster.streamed_input import SliceCounts, leading_args, stream_groups
 from aisql.sql.template import parse_template
@@ -231,8 +231,8 @@ def test_the_final_query_finds_answers_by_tuple_hash_and_renders_only_after_a_co
     """The final statement passes DuckDB's hash of each row's arguments and the answers are
     found by it, no row rendered; if two tuples of the node shared a hash, every row is rendered
     and found by its text's digest instead. NULL arguments answer NULL either way."""
-    from aisql.executor.answer_index import AnswerIndex
-    from aisql.executor.node_runtime import NodeRuntime
+    from aisql.executor.store.answer_index import AnswerIndex
+    from aisql.executor.node.node_runtime import NodeRuntime
 
     monkeypatch.setattr(streamed_input, "STREAM_AT", 0)
     monkeypatch.setattr(streamed_input, "SLICE_ROWS", 4)
@@ -259,7 +259,7 @@ def test_the_final_query_finds_answers_by_tuple_hash_and_renders_only_after_a_co
 
 
 def test_tuple_hashes_find_codes_and_a_repeated_hash_is_a_collision():
-    from aisql.executor.tuple_hashes import with_tuple_hashes
+    from aisql.executor.node.tuple_hashes import with_tuple_hashes
     from sqlglot import parse_one
 
     import numpy as np
@@ -321,9 +321,9 @@ def test_max_prompts_holds_on_a_streamed_node(tiny_engine):
     """Shards reserve their prompts before they are handed out: exactly the budget is answered."""
     import threading
 
-    from aisql.executor.answering import Answering, RunOptions
-    from aisql.executor.answer_store import MemoryAnswerStore
-    from aisql.executor.budget import Budget, BudgetExceeded
+    from aisql.executor.answers.answering import Answering, RunOptions
+    from aisql.executor.store.answer_store import MemoryAnswerStore
+    from aisql.executor.options.budget import Budget, BudgetExceeded
     from aisql.executor.cluster.engine import ClusterEngine
     from aisql.executor.cluster.streaming import StreamedNode
     from aisql.executor.cluster.streamed_input import StreamedGroup
@@ -355,8 +355,8 @@ def test_small_nodes_keep_the_sharded_path(pooled):
 
 def test_the_store_process_finds_what_is_stored_commits_what_it_was_sent_and_says_errors(tmp_path):
     from aisql.engine.model.prompt_format import Framing
-    from aisql.executor.answer_store import Answer, AnswerColumns
-    from aisql.executor.cache import CacheError, open_answer_store
+    from aisql.executor.store.answer_store import Answer, AnswerColumns
+    from aisql.executor.store.cache import CacheError, open_answer_store
     from aisql.executor.cluster.store_writer import StoreWriter
     from aisql.functions import Task, by_name
 
@@ -400,7 +400,7 @@ class _Decided(Exception):
 def test_explain_and_the_run_decide_streaming_alike_at_the_threshold(pooled, monkeypatch, distinct, sliced):
     """Was: the run decided by a HyperLogLog sketch (48,052 for 50,000: no streaming), explain by
     the exact count. Near STREAM_AT both count exactly, through one function."""
-    from aisql.executor.node_runtime import NodeRuntime
+    from aisql.executor.node.node_runtime import NodeRuntime
 
     assert streamed_input.STREAM_AT == 50_000  # the README's threshold
     con, _ = pooled()
@@ -430,8 +430,8 @@ def test_the_two_admit_paths_agree_on_a_slice_of_new_texts(hashed):
     else a text-by-text one: on such a slice both leave the same texts waiting and fresh."""
     from types import SimpleNamespace
 
-    from aisql.executor.answer_index import AnswerIndex, digest
-    from aisql.executor.answer_types import RunOptions
+    from aisql.executor.store.answer_index import AnswerIndex, digest
+    from aisql.executor.answers.answer_types import RunOptions
     from aisql.executor.cluster.streaming import StreamedNode
 
     groups = [

@@ -236,7 +236,7 @@ def test_extract_nulls_planned_equals_naive_cache_and_explain(make_connection, t
 
 
 def test_a_cached_struct_is_accepted_only_in_the_schema_shape():
-    """What the result cache accepts for a STRUCT answer (aisql.executor.cache reads the rest as
+    """What the result cache accepts for a STRUCT answer (aisql.executor.store.cache reads the rest as
     misses): exactly what value_from_json returns for the fields."""
     from aisql.engine.decoding.json_document import Field
     from aisql.functions.structured_output import fits, value_from_json

@@ -14,16 +14,16 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from aisql.executor import bound_calls
-from aisql.executor.answering import Answering
+from aisql.executor.node import bound_calls
+from aisql.executor.answers.answering import Answering
 from aisql.errors import AisqlError
 from aisql.executor.duckdb_errors import translate
-from aisql.executor.embedding_runtime import EmbeddingRuntime
-from aisql.executor.embedding_vectors import EmbeddingSource
-from aisql.executor.request_kinds import kind_of
-from aisql.executor.node_runtime import NodeRuntime
-from aisql.executor.run_stats import NodeStats
-from aisql.executor.tuple_hashes import with_tuple_hashes
+from aisql.executor.node.embedding_runtime import EmbeddingRuntime
+from aisql.executor.answers.embedding_vectors import EmbeddingSource
+from aisql.executor.answers.request_kinds import kind_of
+from aisql.executor.node.node_runtime import NodeRuntime
+from aisql.executor.report.run_stats import NodeStats
+from aisql.executor.node.tuple_hashes import with_tuple_hashes
 from aisql.planner.plan import Plan, Strategy
 from aisql.sql.bind import BoundStatement
 from aisql.sql.source import SourceText
@@ -90,7 +90,7 @@ class Executor:
                         raise runtime.batch_needs_input("its input rows are found while the query runs")
             final_sql = plan.final_sql
             hashed = [r for r in runtimes if r.looks_up_by_hash]
-            if hashed:  # streamed nodes: the final query passes each tuple's hash (aisql.executor.tuple_hashes)
+            if hashed:  # streamed nodes: the final query passes each tuple's hash (aisql.executor.node.tuple_hashes)
                 for runtime in hashed:
                     bound_calls.register_hashed(self.con, runtime, errors)
                 final_sql = with_tuple_hashes(plan.final_ast, [r.call.function_name for r in hashed])

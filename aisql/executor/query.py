@@ -17,18 +17,18 @@ import pyarrow as pa
 
 from aisql.engine.model.calibrate import cpu_calibration
 from aisql.errors import AisqlError
-from aisql.executor import throughput
-from aisql.executor.answer_types import RunOptions
-from aisql.executor.budget import Budget, check_plan
-from aisql.executor.checkpoints import DEFAULT_SECONDS
-from aisql.executor.explaining import explain_script
-from aisql.executor.measured_statistics import MeasuredStatistics
-from aisql.executor.option_rules import check_run_options
+from aisql.executor.estimates import throughput
+from aisql.executor.answers.answer_types import RunOptions
+from aisql.executor.options.budget import Budget, check_plan
+from aisql.executor.options.checkpoints import DEFAULT_SECONDS
+from aisql.executor.estimates.explaining import explain_script
+from aisql.executor.estimates.measured_statistics import MeasuredStatistics
+from aisql.executor.options.option_rules import check_run_options
 from aisql.executor.plan_executor import Executor
-from aisql.executor.progress import NoProgress, Progress
-from aisql.executor.run_stats import RunStats
+from aisql.executor.report.progress import NoProgress, Progress
+from aisql.executor.report.run_stats import RunStats
 from aisql.executor.script import bind_script, call_notes, check_endpoints, constants_of, has_ai
-from aisql.executor.selectivity_samples import SampleEvaluator
+from aisql.executor.estimates.selectivity_samples import SampleEvaluator
 from aisql.executor.session import ModelSession, ModelUsed
 from aisql.functions.arguments import constants_from
 from aisql.planner import PlanningContext, plan_statement
@@ -49,12 +49,12 @@ class QueryResult:
     def summary(self) -> str:
         """What the CLI says after a run: one line (rows, prompts, tokens, time, the model), then
         what the answers say about themselves — warnings where they carry little signal."""
-        from aisql.executor.summary import summary_text
+        from aisql.executor.report.summary import summary_text
 
         return summary_text(self)
 
     def __repr__(self) -> str:
-        from aisql.executor.summary import summary_line
+        from aisql.executor.report.summary import summary_line
 
         return f"<QueryResult {summary_line(self)}>"
 
@@ -75,7 +75,7 @@ class RunRequest:
     checkpoint_seconds: float = DEFAULT_SECONDS
     progress: Progress | None = None  # None: silence
     # Approximate mode for every AI.IF (opt-in): True for the default targets, or a dict of
-    # recall / precision / delta / sample / seed (aisql.executor.cascade). Naive runs stay exact.
+    # recall / precision / delta / sample / seed (aisql.executor.approximate.cascade). Naive runs stay exact.
     approximate: bool | dict | None = None
     strict_models: bool = False  # a model named in the query other than the run's is refused, not answered by the run's model
     # A model named in the query -> the model that answers it (--model-map NAME=MODEL): a dict,
@@ -258,7 +258,7 @@ def streams_nodes(session: ModelSession) -> bool:
     """Large nodes stream through a worker pool into a result-cache file (aisql.executor.cluster.
     streaming): the driver holds ~28 bytes per prompt, not its text, so MAX_HELD_PROMPTS does not
     apply. Without a cache file the answers (and texts) are held in memory."""
-    from aisql.executor.cache import SqliteAnswerStore
+    from aisql.executor.store.cache import SqliteAnswerStore
 
     return session.cluster is not None and isinstance(session.store, SqliteAnswerStore)
 

@@ -22,11 +22,11 @@ from aisql.engine.model.loader import ResolvedModel, load_model_facts, load_reso
 from aisql.engine.options import EngineOptions
 from aisql.engine.model.numerics import cuda_available
 from aisql.errors import AisqlWarning
-from aisql.executor.answer_store import AnswerStore
-from aisql.executor.cache import open_answer_store
+from aisql.executor.store.answer_store import AnswerStore
+from aisql.executor.store.cache import open_answer_store
 
 if TYPE_CHECKING:
-    from aisql.executor.answering import Answering, RunOptions
+    from aisql.executor.answers.answering import Answering, RunOptions
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class ModelSession:
         cluster=None,
     ) -> None:
         """`embed_model`: the embedding model of AI.EMBED / AI.SIMILARITY (aisql.engine.backends.embedding).
-        `cache`: True keeps answers in the default result cache (aisql.executor.cache), a path
+        `cache`: True keeps answers in the default result cache (aisql.executor.store.cache), a path
         keeps them there, False only for this session's life. `store` overrides it. `cluster`:
         run the model on a pool of Ray workers (aisql.executor.cluster.pool.ClusterOptions);
         None: in this process."""
@@ -113,7 +113,7 @@ class ModelSession:
 
     def _convert_once(self) -> None:
         """A GGUF model's one-off conversion, done before the load is timed: the load time kept
-        for explain (aisql.executor.throughput) is what every later run pays, not the first
+        for explain (aisql.executor.estimates.throughput) is what every later run pays, not the first
         run's conversion (was: "model load ~66 s" remembered for a 4 s load)."""
         model = self.resolved_model
         if self.cluster is None and model.backend == "gguf":
@@ -220,7 +220,7 @@ class ModelSession:
     def answering(self, options: "RunOptions | None" = None) -> "Answering":
         """This model's way to answers for one run: the engine (loaded on first need), the result
         cache, the engine lock and the fingerprint, with the run's options."""
-        from aisql.executor.answering import Answering, RunOptions
+        from aisql.executor.answers.answering import Answering, RunOptions
 
         return Answering(
             lambda: self.engine,
@@ -266,7 +266,7 @@ class ModelSession:
     def choose_proxy(self, requested: str):
         """Which proxy a cascade uses for `requested` ("auto", "embeddings", a model spec), and why."""
         from aisql.errors import AisqlError
-        from aisql.executor.proxy_choice import choose_proxy
+        from aisql.executor.approximate.proxy_choice import choose_proxy
 
         def oracle_params() -> int | None:
             try:

@@ -4,7 +4,7 @@ The binder turns the call's value argument into the group's sorted, non-NULL val
 list — `to_json(list_sort(array_agg(CAST(v AS VARCHAR)) FILTER (WHERE v IS NOT NULL)))` — and
 binds the AI call over that: the rest (GROUP BY, HAVING, a whole table; grouped inputs derived
 by the planner, dedup, the result cache) is the ordinary path. A group without values is NULL.
-The executor reduces each group by map-reduce (aisql.executor.aggregate). `OVER (...)` is
+The executor reduces each group by map-reduce (aisql.executor.answers.aggregate). `OVER (...)` is
 refused: an AI aggregate is not a window function here; `FILTER (WHERE ...)` narrows the values
 collected, as on any SQL aggregate; `DISTINCT` is refused at parse time (a subquery does it).
 """

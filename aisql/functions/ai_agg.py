@@ -1,6 +1,6 @@
 """AI_AGG(value, task_description) -> VARCHAR: an aggregate answering a task over a group's values
 (Snowflake AI_AGG; LOTUS sem_agg), however many: groups larger than the context are reduced
-hierarchically (aisql.executor.aggregate)."""
+hierarchically (aisql.executor.answers.aggregate)."""
 
 from __future__ import annotations
 

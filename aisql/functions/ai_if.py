@@ -39,7 +39,7 @@ class AiIf(AIFunction):
     sql_type = "BOOLEAN"
     request = Request.SCORE
     is_predicate = True
-    approximates = True  # opt-in: a proxy answers the rows it is sure of (aisql.executor.cascade)
+    approximates = True  # opt-in: a proxy answers the rows it is sure of (aisql.executor.approximate.cascade)
     duckdb_name = "ai_if"
     signature_hint = "AI.IF(PROMPT('... {column} ...'))"
 

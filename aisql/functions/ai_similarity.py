@@ -3,7 +3,7 @@ vectors (BigQuery AI.SIMILARITY, Snowflake AI_SIMILARITY).
 
 Planned, it is never one model call per pair: each side's distinct texts are embedded once
 (shared with AI.EMBED through the result cache) and the similarity of a vector of pairs is one
-vectorised product (aisql.executor.embedding_runtime). A join `ON AI.SIMILARITY(a.x, b.y) > t` or
+vectorised product (aisql.executor.node.embedding_runtime). A join `ON AI.SIMILARITY(a.x, b.y) > t` or
 `ORDER BY AI.SIMILARITY(...) DESC LIMIT k` over n x m pairs embeds n + m texts.
 """
 

@@ -227,7 +227,7 @@ LITERAL_EXAMPLES = "SELECT UNNEST(__aisql_examples, recursive := true)"  # a lis
 def read_examples(spelling: str, node: exp.Expression) -> str:
     """`examples => (SELECT ...)` or `examples => [{'col': ..., 'label': ...}, ...]`: the labelled
     examples as one DuckDB query (its columns named like the prompt's placeholders, plus
-    `label`), run when the call's node starts (aisql.executor.decisions)."""
+    `label`), run when the call's node starts (aisql.executor.node.decisions)."""
     hint = "e.g. examples => (SELECT review, label FROM labelled), [{'review': 'Loved it', 'label': TRUE}] or [('Loved it', TRUE)]"
     _refuse_ai_calls(spelling, node, "examples")  # labels the model would have to answer first
     if isinstance(node, exp.Subquery):
@@ -257,11 +257,11 @@ def _pair_as_struct(spelling: str, pair: exp.Tuple, hint: str) -> exp.Struct:
     return exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier("input"), expression=value.copy()), exp.PropertyEQ(this=exp.to_identifier("label"), expression=label.copy())])
 
 
-# An AI join's strategy (aisql.executor.join_rewrite): 'auto' chooses per join, 'exact' asks every
+# An AI join's strategy (aisql.executor.joins.join_rewrite): 'auto' chooses per join, 'exact' asks every
 # pair even under --approximate, 'classify' lists the smaller side once per row, 'embed' scores
 # pairs by their sides' embeddings, 'proxy' is the per-pair cascade every approximate AI.IF runs.
 JOIN_STRATEGIES = ("auto", "exact", "classify", "embed", "proxy")
-SAMPLINGS = ("auto", "progressive", "uniform", "importance")  # how the oracle's sample is drawn (aisql.executor.score_first)
+SAMPLINGS = ("auto", "progressive", "uniform", "importance")  # how the oracle's sample is drawn (aisql.executor.approximate.score_first)
 SEED_MAX = 2**32 - 1  # the proxy's trainer (scikit-learn's random_state) takes seeds up to this
 
 

@@ -114,12 +114,12 @@ class Task:
         return self.decision is not None and self.decision.fitting and self.decision.keep_states
 
     def accepts(self, value: Any) -> bool:
-        """Whether `value` is an answer this task can have (aisql.executor.cache reads an entry
+        """Whether `value` is an answer this task can have (aisql.executor.store.cache reads an entry
         that is not as a miss: edited by hand or corrupt, it is asked again)."""
         return self.function.accepts_value(self, value)
 
     def read(self, answer: Any) -> Any:
-        """A stored answer (aisql.executor.answer_store.Answer) as this task answers it: a scored answer's value decided again from
+        """A stored answer (aisql.executor.store.answer_store.Answer) as this task answers it: a scored answer's value decided again from
         its label probabilities by this task's rule; None for an entry this task never answers
         with (edited or corrupt: asked again and replaced); STALE for an older entry without the
         probabilities a non-default rule needs (asked again and replaced, not an error)."""
@@ -253,7 +253,7 @@ class AIFunction:
         return hints
 
     samples: ClassVar[bool] = False  # accepts temperature / top_p / seed (seeded sampling)
-    approximates: ClassVar[bool] = False  # has an opt-in approximate mode (aisql.executor.cascade)
+    approximates: ClassVar[bool] = False  # has an opt-in approximate mode (aisql.executor.approximate.cascade)
 
     @property
     def takes_max_tokens(self) -> bool:
@@ -281,7 +281,7 @@ class AIFunction:
         raise NotImplementedError
 
     def value_from_answer(self, task: Task, answer: Any) -> Any:
-        """A scored answer's value under `task`'s rule (aisql.executor.answer_store.Answer): from
+        """A scored answer's value under `task`'s rule (aisql.executor.store.answer_store.Answer): from
         every label's log-probability, or, under a probe, from its hidden state; without them
         (cached before they were kept) the stored value under the function's own rule, else STALE."""
         rule = task.decision

@@ -208,7 +208,7 @@ def shuffled_labels_test(held_out_quality, labels: Sequence[Any], observed: floa
 def above_chance(candidate: dict, labels: Sequence[Any]) -> tuple[bool, float]:
     """Whether a candidate's 95% interval of balanced accuracy on the examples lies above chance
     (one over the labels among them), and that chance: what the summary calls a measurable
-    signal (aisql.executor.signals). A one-sided test at ALPHA instead (the bootstrap's 10%
+    signal (aisql.executor.report.signals). A one-sided test at ALPHA instead (the bootstrap's 10%
     quantile) took probes on coin-flip labels in 10-11% of draws, against 3-5% (issue 58)."""
     chance = 1.0 / len({repr(label) for label in labels})
     return candidate["low"] is not None and candidate["low"] > chance, round(chance, 4)

@@ -1,7 +1,7 @@
 """Approximate mode's targets and budget arithmetic: what explain promises and the cascade keeps.
 
 Pure policy, shared by the planner (explain's line of LLM calls a cascade may make) and the
-executor (aisql.executor.cascade runs it): the sample size, the share of prompts beyond which a
+executor (aisql.executor.approximate.cascade runs it): the sample size, the share of prompts beyond which a
 cascade saves too little and the node is evaluated exactly, and which targets a call asks for.
 """
 
@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-PROGRESSIVE_STAGES = (0.25, 0.5, 1.0)  # progressive sampling: shares of the sample taken in turn (aisql.executor.score_first)
+PROGRESSIVE_STAGES = (0.25, 0.5, 1.0)  # progressive sampling: shares of the sample taken in turn (aisql.executor.approximate.score_first)
 MAX_LLM_SHARE = 0.8  # a cascade sending more than this share to the LLM saves too little: exact
 TARGET_KEYS = ("recall", "precision", "delta", "sample", "seed", "proxy", "sampling", "join")  # a call's own options of approximate mode
 MAX_CANDIDATES = 64  # join as classification lists at most this many candidates per prompt
@@ -25,7 +25,7 @@ class Targets:
     sample: int = 0  # 0: sample_size() decides
     seed: int = 0
     # The proxy: "auto" (a smaller LLM when the run's model costs >= PROXY_COST_RATIO times more,
-    # else the embedding model), "embeddings", or a model spec (aisql.executor.proxy_choice).
+    # else the embedding model), "embeddings", or a model spec (aisql.executor.approximate.proxy_choice).
     proxy: str = "auto"
     sampling: str = "auto"  # the oracle's sample: auto | progressive | uniform | importance
     join: str = "auto"  # an AI join's strategy (aisql.functions.arguments.JOIN_STRATEGIES); ignored by other calls

@@ -219,7 +219,7 @@ AGGREGATE_OVERHEAD = 80  # tokens of an aggregate prompt's framing and task (mea
 
 
 def _estimate_aggregate(node: AINode, stats: Statistics, hardware: Hardware) -> NodeEstimate:
-    """An AI aggregate's map and reduce prompts, from its groups' sizes (aisql.executor.aggregate)."""
+    """An AI aggregate's map and reduce prompts, from its groups' sizes (aisql.executor.answers.aggregate)."""
     groups = stats.groups_profile(node)
     profile = stats.input_profile(node)
     if groups is None or profile is None:
@@ -369,7 +369,7 @@ def _side(prompts, tokens_run, flops, hardware: Hardware, model: ModelProfile | 
 
 # The planner's one table of request kinds: a kind with its own cost shape has an entry; SCORE and
 # GENERATE prompts share the prefix-tree model (_estimate_prompts). The executor's table is
-# aisql.executor.request_kinds.KINDS.
+# aisql.executor.answers.request_kinds.KINDS.
 ESTIMATORS: dict[Request, Callable[[AINode, Statistics, Hardware], NodeEstimate]] = {
     Request.EMBED: _estimate_embedding,
     Request.AGGREGATE: _estimate_aggregate,

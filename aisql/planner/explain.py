@@ -287,7 +287,7 @@ def cached_line(est: NodeEstimate) -> str:
     return f"result cache: ~{est.cached_share:.0%} of {unique:,.0f} answers cached ({how}): the plan prices only the rest"
 
 
-JOIN_LINES = ("join as classification", "embedding-blocked join", "exact join", "per-pair cascade")  # aisql.executor.join_rewrite.plan_line
+JOIN_LINES = ("join as classification", "embedding-blocked join", "exact join", "per-pair cascade")  # aisql.executor.joins.join_rewrite.plan_line
 
 
 def approximate_line(node, est, proxy: str | None = None) -> str | None:

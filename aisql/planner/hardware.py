@@ -24,7 +24,7 @@ class Hardware:
     price_per_hour: float  # USD
     measured: bool = False
     # What the engine achieved with this model in earlier runs (computed tokens per second of
-    # AI-node time; aisql.executor.throughput): when known, time estimates use it, not the FLOPs.
+    # AI-node time; aisql.executor.estimates.throughput): when known, time estimates use it, not the FLOPs.
     planned_tokens_per_s: float | None = None
     naive_tokens_per_s: float | None = None
 

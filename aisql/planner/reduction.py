@@ -1,7 +1,7 @@
 """The map/reduce arithmetic of AI aggregation, on token sizes alone.
 
 Shared by the cost model (explain's map and reduce prompts, depth) and the executor
-(aisql.executor.aggregate packs real texts with the same capacity rule), so the estimate and the
+(aisql.executor.answers.aggregate packs real texts with the same capacity rule), so the estimate and the
 run count prompts the same way.
 """
 

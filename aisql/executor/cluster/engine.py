@@ -2,7 +2,7 @@
 
 Prompts are encoded here, on the driver, with the model's own tokenizer and prompt format read
 from its files (no weights: aisql.engine.model.facts) — the ids every worker runs, as the fingerprint
-check guarantees. Bulk work goes through `run_shards` (aisql.executor.sharded); the few single
+check guarantees. Bulk work goes through `run_shards` (aisql.executor.cluster.sharded); the few single
 calls of a run (naive rows, selectivity samples) go to one worker at a time. Engine counters are
 the sum of what the workers report.
 """

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from aisql.executor.request_kinds import Prepared
-from aisql.executor.request_kinds import kind_of
+from aisql.executor.answers.request_kinds import Prepared
+from aisql.executor.answers.request_kinds import kind_of
 from aisql.functions import Task
 from aisql.executor.cluster.shard_plan import Group, split_heavy
 

@@ -31,8 +31,8 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Sequence
 
-from aisql.executor.answer_store import Answer, AnswerColumns, AnswerStore, reader_of
-from aisql.executor.cache import CacheError, SqliteAnswerStore
+from aisql.executor.store.answer_store import Answer, AnswerColumns, AnswerStore, reader_of
+from aisql.executor.store.cache import CacheError, SqliteAnswerStore
 from aisql.functions import Task
 
 MAX_BATCH = 50_000  # answers per transaction at most (a writer far behind still commits often)
@@ -161,7 +161,7 @@ def _serve(path: str, pipe) -> None:
     them and ends when the driver closes the pipe, having committed everything sent."""
     import signal
 
-    from aisql.executor.cache import entry_key
+    from aisql.executor.store.cache import entry_key
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

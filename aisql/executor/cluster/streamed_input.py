@@ -1,6 +1,6 @@
 """A node's input read from DuckDB a slice at a time, in anchor order, as prefix groups.
 
-The non-streamed path (aisql.executor.sharded) reads a node's whole input, renders and encodes
+The non-streamed path (aisql.executor.cluster.sharded) reads a node's whole input, renders and encodes
 every prompt on the driver and cuts prefix groups from token ids: memory and driver time grow
 with the node. Here the input is read in ranges of its leading column (an AI join's anchor),
 each about SLICE_ROWS distinct tuples (slice_ranges): DuckDB groups and orders one range at a
@@ -65,7 +65,7 @@ def leading_args(template: Template, anchor_args: Sequence[int]) -> tuple[int, .
 
 def ordered_input_sql(input_sql: str, arity: int, lead: Sequence[int], where: str = "") -> str:
     """The node's input (arity argument columns, the row count, then each tuple's DuckDB hash:
-    aisql.executor.tuple_hashes) ordered so that a group's tuples are consecutive: leading
+    aisql.executor.node.tuple_hashes) ordered so that a group's tuples are consecutive: leading
     arguments first, then the others in column order."""
     from aisql.planner.plan import ARG_PREFIX
 
@@ -144,7 +144,7 @@ def count_input(con: duckdb.DuckDBPyConnection, input_sql: str, arity: int) -> i
 
 def streams(distinct_prompts: int | float | None) -> bool:
     """Whether a node of this many distinct prompts streams through a worker pool: the one rule
-    the run (aisql.executor.node_runtime) and explain --workers share."""
+    the run (aisql.executor.node.node_runtime) and explain --workers share."""
     return bool(distinct_prompts) and distinct_prompts >= STREAM_AT
 
 

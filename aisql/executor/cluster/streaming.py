@@ -4,10 +4,10 @@ The driver reads the node's input a slice at a time in anchor order (aisql.execu
 streamed_input), renders each distinct tuple's prompt, has the slice looked up in the result
 cache by the node's store process (aisql.executor.cluster.store_writer) and queues what is left
 as prefix groups; workers pull shards as they free up (the same cutter and pool as
-aisql.executor.sharded), apply the chat template, tokenize and answer them
+aisql.executor.cluster.sharded), apply the chat template, tokenize and answer them
 (EngineWorker.run_texts). Each shard's answers are handed to the store process when they reach
 the driver — the checkpoint — and kept for the final query by text digest and by tuple hash
-(aisql.executor.answer_index), not as texts or tuples.
+(aisql.executor.store.answer_index), not as texts or tuples.
 The next slice is read only when the queue runs dry, so the driver holds one slice, the shards
 in flight and ~40 bytes per answered prompt, whatever the node's size.
 
@@ -24,18 +24,18 @@ import operator
 from itertools import chain, repeat
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from aisql.executor.answer_index import AnswerIndex, digest
-from aisql.executor.answer_types import AnswerCounts
-from aisql.executor.answer_store import AnswerColumns
+from aisql.executor.store.answer_index import AnswerIndex, digest
+from aisql.executor.answers.answer_types import AnswerCounts
+from aisql.executor.store.answer_store import AnswerColumns
 from aisql.executor.cluster.engine import ClusterEngine
 from aisql.executor.cluster.shard_plan import Group, ShardCutter
 from aisql.executor.cluster.store_writer import open_store_process
 from aisql.executor.cluster.streamed_input import StreamedGroup
-from aisql.executor.sharded import ShardBudget, add_shard_counts
+from aisql.executor.cluster.sharded import ShardBudget, add_shard_counts
 from aisql.functions import Task
 
 if TYPE_CHECKING:
-    from aisql.executor.answering import Answering
+    from aisql.executor.answers.answering import Answering
 
 
 class StreamedNode:

@@ -15,9 +15,9 @@ from typing import Sequence
 
 from aisql.engine.base import EngineStats, GenerateRequest, ModelInfo, ScoreRequest
 from aisql.engine.options import EngineOptions
-from aisql.executor.answer_store import Answer, AnswerColumns
-from aisql.executor.evaluate import answer_prepared, prepare
-from aisql.executor.request_kinds import Prepared
+from aisql.executor.store.answer_store import Answer, AnswerColumns
+from aisql.executor.answers.evaluate import answer_prepared, prepare
+from aisql.executor.answers.request_kinds import Prepared
 from aisql.functions import Task
 
 

@@ -1,6 +1,6 @@
 """Rule: a call's `{'join': ...}` option is read where it means something — an AI join.
 
-The strategy itself is chosen when the join's input is known (aisql.executor.join_rewrite: how
+The strategy itself is chosen when the join's input is known (aisql.executor.joins.join_rewrite: how
 many distinct values the smaller side has decides whether it can be listed); this rule only
 refuses, before anything is paid for, an option the call cannot use: a strategy on a call that
 does not join two tables, or on a function that does not decide yes/no.

@@ -1,0 +1,1 @@
+"""How prompt texts become answers: the cache first, the engine in prefix order, committed in checkpoints."""

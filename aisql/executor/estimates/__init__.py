@@ -1,0 +1,1 @@
+"""What a run measures before and while it plans: selectivity samples, throughput, statistics, explain."""
