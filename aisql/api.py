@@ -23,11 +23,12 @@ import duckdb
 
 from aisql.engine.base import Engine
 from aisql.engine.model.loader import ResolvedModel
-from aisql.errors import AisqlError, AisqlWarning, ConnectionBusyError, DataError
+from aisql.errors import AisqlWarning, ConnectionBusyError, DataError
 from aisql.executor.store.answer_store import AnswerStore
 from aisql.executor.duckdb_errors import file_error
-from aisql.executor.estimates.explaining import explain_script
-from aisql.executor.query import QueryResult, RunRequest, run_script
+from aisql.executor.explaining import explain_script
+from aisql.executor.options.run_options import EXPLAIN, RunRequest, refuse_unknown
+from aisql.executor.query import QueryResult, run_script
 from aisql.planner.explain import Explanation
 from aisql.executor.session import ModelSession
 
@@ -143,10 +144,10 @@ class Connection:
     # ---- running --------------------------------------------------------------------------
     def run(self, sql_text: str, **options) -> QueryResult:
         """Run every statement of `sql_text`; the result is the last one that returned rows, with
-        its statistics. `options` are `aisql.executor.query.RunRequest`'s (the options of `aisql
-        run`): params, dialect, naive, hardware, price_per_hour, max_prompts, max_cost, on_overflow,
-        checkpoint_every, checkpoint_seconds, progress."""
-        _refuse_unknown_options(options)
+        its statistics. `options` are the run options (aisql.executor.options.run_options:
+        params, dialect, naive, hardware, price_per_hour, max_prompts, max_cost, on_overflow,
+        checkpoint_every, checkpoint_seconds, progress, approximate, ...), as `aisql run` takes them."""
+        refuse_unknown(options)
         options.setdefault("dialect", self.dialect)
         options.setdefault("model_map", self.model_map)
         options.setdefault("flock", self.flock)
@@ -183,38 +184,21 @@ class Connection:
 
         return register(self.duckdb if con is None else con, session=self.session, **options)
 
-    def explain(
-        self,
-        sql_text: str,
-        *,
-        hardware: str = "cpu",
-        price_per_hour: float | None = None,
-        sample: int = 0,
-        dialect: str | None = None,
-        params=None,
-        workers: int | None = None,
-    ) -> Explanation:
+    def explain(self, sql_text: str, *, sample: int = 0, workers: int | None = None, **options) -> Explanation:
         """Plans of every statement with cost estimates, plan vs naive. No model weights are loaded
         unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate.
         `workers` (default: this connection's cluster's): each node's shard plan on that many
-        engine workers, simulated (nothing is started)."""
+        engine workers, simulated (nothing is started). `options`: the run options explain
+        reads (aisql.executor.options.run_options: dialect, params, hardware, price_per_hour,
+        checkpoint_every, model_map), as a run of the script would take them."""
+        refuse_unknown(options, EXPLAIN)
+        options.setdefault("dialect", self.dialect)
+        options.setdefault("model_map", self.model_map)
+        request = RunRequest(flock=self.flock, **options)
+        if workers is None and self.session.cluster:
+            workers = self.session.cluster.workers
         with self._exclusive():
-            return self._explain(sql_text, hardware, price_per_hour, sample, dialect, params, workers)
-
-    def _explain(self, sql_text, hardware, price_per_hour, sample, dialect, params, workers) -> Explanation:
-        return explain_script(
-            self.duckdb,
-            self.session,
-            sql_text,
-            hardware=hardware,
-            price_per_hour=price_per_hour,
-            sample=sample,
-            dialect=dialect or self.dialect,
-            params=params,
-            model_map=self.model_map,
-            resources=self.flock,
-            workers=workers if workers is not None else (self.session.cluster.workers if self.session.cluster else None),
-        )
+            return explain_script(self.duckdb, self.session, sql_text, request, sample=sample, workers=workers)
 
     def close(self) -> None:
         """Close DuckDB, and stop the model's workers when this connection opened the session."""
@@ -249,21 +233,6 @@ def connect(
     )
     con._owns_session = True  # its workers (if any) stop with it
     return con
-
-
-def _refuse_unknown_options(options: dict) -> None:
-    """A misspelt keyword (`checkpoint_evry=5`) is one AisqlError naming it, not a TypeError."""
-    import dataclasses
-    import difflib
-
-    known = [f.name for f in dataclasses.fields(RunRequest)]
-    for name in options:
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            raise AisqlError(
-                f"unknown run option {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
-                hint="run options: " + ", ".join(known),
-            )
 
 
 def in_notebook() -> bool:

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from aisql.version import __version__
 from aisql.errors import AisqlError, DataError
+from aisql.sizes import parse_size
 
 from aisql.console import escape as _escape, stderr  # noqa: E402
 from aisql.stops import is_interrupt, report_error, report_interrupt, stop_signals  # noqa: E402
@@ -23,22 +24,11 @@ from aisql.stops import is_interrupt, report_error, report_interrupt, stop_signa
 
 
 
-class FiniteAmount(click.FloatRange):
-    """A finite amount, 0 or more: click's FloatRange takes `nan` (which compares false with any
-    limit: a --max-cost nan run ran unlimited) and `inf`."""
-
-    name = "amount"
-
-    def convert(self, value, param, ctx):
-        import math
-
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        return number
-
-
-FINITE_AMOUNT = FiniteAmount(min=0)
+from aisql.cli_options import run_flags, run_values  # noqa: E402
+from aisql.executor.options.run_options import EXPLAIN, RUN  # noqa: E402
+from aisql.engine.options import DTYPE_CHOICES, KV_EVICTIONS, QUANTIZATIONS  # noqa: E402
+from aisql.serve.choices import CACHE_ISOLATIONS, ROUTING_POLICIES  # noqa: E402
+from aisql.sql.dialect_names import DIALECTS  # noqa: E402
 
 def _handle_errors(fn):
     """Print AisqlErrors as one clear message and exit 1; --debug shows the traceback instead."""
@@ -214,11 +204,11 @@ MODEL_FORMS = (
 _engine = [
     click.option("--model", metavar="SPEC", help=MODEL_FORMS),
     click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
-    click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16", "float64"]), default="auto", show_default=True, help="Compute dtype (auto: on a CPU the fastest that agrees with float32, measured once per model and CPU; bfloat16 on CUDA)."),
+    click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True, help="Compute dtype (auto: on a CPU the fastest that agrees with float32, measured once per model and CPU; bfloat16 on CUDA)."),
     click.option("--threads", type=click.IntRange(1, 4096), metavar="N", help="CPU threads (default: the usable cores other work leaves idle, re-read as the load changes; $AISQL_THREADS)."),
     click.option("--kv-budget", metavar="SIZE", help="Memory for the prefix KV cache, e.g. 2GB (default: from free memory)."),
-    click.option("--kv-eviction", type=click.Choice(["reuse", "lru"]), default="reuse", show_default=True, help="Which cached prefixes go first when the KV budget is full: lowest expected reuse x recompute cost, or least recently used."),
-    click.option("--quantize", type=click.Choice(["int8", "fp8", "bf16"]), help="Opt-in weight quantization (int8 on CPU); outputs say so."),
+    click.option("--kv-eviction", type=click.Choice(KV_EVICTIONS), default="reuse", show_default=True, help="Which cached prefixes go first when the KV budget is full: lowest expected reuse x recompute cost, or least recently used."),
+    click.option("--quantize", type=click.Choice(QUANTIZATIONS), help="Opt-in weight quantization (int8 on CPU); outputs say so."),
     click.option("--no-prefix-cache", is_flag=True, help="Do not reuse KV across prompts or requests (for comparisons)."),
     click.option("--no-speculation", is_flag=True, help="Plain greedy decoding, without prompt-lookup drafts (same output)."),
 ]
@@ -269,7 +259,7 @@ _common = [
     click.option("--table", "tables", multiple=True, metavar="NAME=PATH", help="Register a CSV/Parquet/JSON file as a view (repeatable)."),
     click.option(
         "--dialect",
-        type=click.Choice(["duckdb", "bigquery", "snowflake"], case_sensitive=False),
+        type=click.Choice(DIALECTS, case_sensitive=False),
         default="duckdb",
         show_default=True,
         help="The SQL dialect the query is written in (a BigQuery or Snowflake query runs unchanged).",
@@ -308,30 +298,23 @@ def _apply(options):
     help="How to print results on stdout. Several statements with rows: each in turn, tables and CSV separated by a blank line; json as JSON Lines, one {\"statement\": N, \"rows\": [...]} per result.",
 )
 @click.option("--stats-json", metavar="PATH", help="Write run statistics (prompts, tokens, time per AI node) as JSON.")
-@click.option("--naive", is_flag=True, help="Evaluate row by row without any optimisation (the reference).")
 @click.option("--max-rows", default=50, show_default=True, help="Rows to show with --format table.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, summary or notes on stderr (warnings, approximate-mode labels and errors still show).")
-@click.option("--hardware", type=click.Choice(["cpu", "h100", "h200"]), help="Cost the run at this profile's price in --stats-json.")
-@click.option("--price-per-hour", type=FINITE_AMOUNT, metavar="USD", help="Override the hardware profile's price.")
 @click.option("--cache", "cache_path", metavar="PATH", help="Result cache file (default: answers.sqlite in the user cache dir).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
-@click.option("--max-prompts", type=click.IntRange(min=0), metavar="N", help="Stop before sending more than N new prompts to the model.")
-@click.option("--max-cost", type=FINITE_AMOUNT, metavar="USD", help="Stop before model time would cost more than USD (at --hardware's price).")
-@click.option("--on-overflow", type=click.Choice(["error", "truncate"]), default="error", show_default=True, help="A prompt longer than the model's context: fail, or cut its text.")
-@click.option("--checkpoint-every", type=click.IntRange(min=1), default=256, show_default=True, metavar="N", help="Commit answers to the cache after at most N prompts or about 5 s of model time (the run's first chunk: 8 prompts), whichever comes first; Ctrl-C or a kill loses at most that chunk.")
 @click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Spread the AI work over N engine workers on Ray (a local runtime unless --cluster or $RAY_ADDRESS; needs the ray extra: pip install -e '.[ray]').")
 @click.option("--cluster", metavar="ADDRESS", help="Run the workers on this Ray cluster (ray://HOST:PORT); default: one worker per GPU.")
-@click.option("--strict-models", is_flag=True, help="Refuse a query that names a model other than --model (BigQuery's endpoint =>, Snowflake's AI_COMPLETE model, FlockMTL's model_name); by default the run's model answers and a note says so.")
 @click.option("--approximate", is_flag=True, help="Approximate mode for every AI.IF: a proxy answers the rows it is sure of (recall and precision >= 0.9 vs the LLM, with probability >= 0.95); outputs say so.")
 @_model_map
 @_request_timeout
 @click.option("--proxy-model", metavar="MODEL", help="Approximate mode's proxy (implies --approximate): a smaller LLM (any --model form, e.g. smollm2) or 'embeddings'; default: a smaller LLM when --model has >= 4x its parameters, else the embedding model.")
 @_embed_model
+@_apply(run_flags(RUN))
 @_handle_errors
 def run(
     query_file, sql, db, read_only, tables, dialect, params, debug, model, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
-    output, output_all, fmt, stats_json, naive, max_rows, quiet, hardware, price_per_hour,
-    cache_path, no_cache, max_prompts, max_cost, on_overflow, checkpoint_every, workers, cluster, strict_models, model_map, request_timeout, approximate, proxy_model, embed_model,
+    output, output_all, fmt, stats_json, max_rows, quiet, cache_path, no_cache, workers, cluster, model_map, request_timeout, approximate, proxy_model, embed_model,
+    **run_options,
 ):
     """Run QUERY_FILE (or -e SQL) and print or write its result."""
     from aisql.output import ResultPrinter
@@ -363,16 +346,9 @@ def run(
                 text,
                 params=_parameters(params),
                 dialect=dialect,
-                naive=naive,
-                hardware=hardware,
-                price_per_hour=price_per_hour,
-                max_prompts=max_prompts,
-                max_cost=max_cost,
-                on_overflow=on_overflow,
-                checkpoint_every=checkpoint_every,
                 progress=progress,
                 approximate={"proxy": proxy_model} if proxy_model else (approximate or None),
-                strict_models=strict_models,
+                **run_values(RUN, run_options),
             )
         except (KeyboardInterrupt, Exception) as stop:
             if not is_interrupt(stop):
@@ -391,16 +367,15 @@ def run(
 @_apply(_common)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--model", metavar="SPEC", help="The model to estimate for (its tokenizer and shape; no weights are loaded). " + MODEL_FORMS)
-@click.option("--hardware", type=click.Choice(["cpu", "h100", "h200"]), default="cpu", show_default=True, help="Roofline profile for time and money (cpu is measured here).")
-@click.option("--price-per-hour", type=FINITE_AMOUNT, metavar="USD", help="Override the hardware profile's price.")
 @click.option("--sample", type=int, default=0, show_default=True, metavar="N", help="Measure each AI predicate's selectivity on N prompts (runs the model).")
 @click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Also show how each AI node's prompts would be cut into shards for N engine workers (nothing is started).")
 @click.option("--cache", "cache_path", metavar="PATH", help="The result cache whose answers the plan need not pay for (default: the one `aisql run` uses).")
 @click.option("--no-cache", is_flag=True, help="Price every prompt as if nothing were cached.")
 @_model_map
 @_embed_model
+@_apply(run_flags(EXPLAIN))
 @_handle_errors
-def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt, model, hardware, price_per_hour, sample, workers, cache_path, no_cache, model_map, embed_model):
+def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt, model, sample, workers, cache_path, no_cache, model_map, embed_model, **run_options):
     """Show the plan of QUERY_FILE (or -e SQL) with its estimated cost against naive execution.
 
     Runs no model unless --sample is given."""
@@ -414,7 +389,7 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
     cache = False if no_cache else (cache_path or True)  # cached answers cost nothing; sampled ones are kept
     con = _connect(db, tables, query_dir, model=model, cache=cache, read_only=_read_only(db, read_only, text, dialect), embed_model=embed_model, model_map=model_map)
     try:
-        explanation = con.explain(text, hardware=hardware, price_per_hour=price_per_hour, sample=sample, dialect=dialect, params=_parameters(params), workers=workers)
+        explanation = con.explain(text, sample=sample, workers=workers, dialect=dialect, params=_parameters(params), **run_values(EXPLAIN, run_options))
     finally:
         con.close()
     if fmt == "json":
@@ -495,7 +470,7 @@ def label(query_file, sql, call, labels_path, count, pool, db, tables, model, ca
 @click.option("--db", metavar="PATH", help="DuckDB database file (default: in-memory).")
 @click.option("--read-only", is_flag=True, help="Open --db read-only.")
 @click.option("--table", "tables", multiple=True, metavar="NAME=PATH", help="Register a CSV/Parquet/JSON file as a view (repeatable).")
-@click.option("--dialect", type=click.Choice(["duckdb", "bigquery", "snowflake"], case_sensitive=False), default="duckdb", show_default=True)
+@click.option("--dialect", type=click.Choice(DIALECTS, case_sensitive=False), default="duckdb", show_default=True)
 @_apply(_engine)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--max-rows", default=50, show_default=True, help="Rows to show with --format table.")
@@ -599,7 +574,7 @@ def _open_cache(path: str | None):
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port (0 picks a free one).")
 @click.option("--served-model-name", metavar="NAME", help="The model name clients send (default: the model spec).")
 @click.option("--api-key", "api_keys", multiple=True, metavar="KEY", envvar="AISQL_API_KEY", help="Require 'Authorization: Bearer KEY' (repeatable; also $AISQL_API_KEY).")
-@click.option("--cache-isolation", type=click.Choice(["per-key", "shared"]), help="Prefix cache per API key or shared (default: per-key with several keys).")
+@click.option("--cache-isolation", type=click.Choice(CACHE_ISOLATIONS), help="Prefix cache per API key or shared (default: per-key with several keys).")
 @click.option("--metrics-key", "metrics_keys", multiple=True, metavar="KEY", envvar="AISQL_METRICS_KEY", help="The operator's token for GET /metrics (repeatable; also $AISQL_METRICS_KEY). With several --api-key and none of these, /metrics is closed: it shows every tenant's cache reuse.")
 @click.option("--max-running", default=64, show_default=True, type=click.IntRange(min=1), help="Requests decoded together at most.")
 @click.option("--prefill-chunk", default=2048, show_default=True, type=click.IntRange(min=16), help="Prompt tokens prefilled between two decode passes.")
@@ -608,7 +583,7 @@ def _open_cache(path: str | None):
 @click.option("--max-connections", default=1024, show_default=True, type=click.IntRange(min=1), help="Open connections at most; more are closed as they arrive.")
 @click.option("--read-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.1), metavar="S", help="Seconds a request may take to arrive (headers and body).")
 @click.option("--replicas", default=1, show_default=True, type=click.IntRange(1, 256), metavar="N", help="Engines behind this one API, each a Ray actor with the full KV budget (--threads each on CPU; needs the [ray] extra).")
-@click.option("--routing", type=click.Choice(["cache-aware", "round-robin", "least-load"]), default="cache-aware", show_default=True, help="Which replica takes a request: the one holding the longest prefix of its prompt (a named conversation stays put; the least loaded when it is --routing-imbalance requests busier), or the baselines.")
+@click.option("--routing", type=click.Choice(ROUTING_POLICIES), default="cache-aware", show_default=True, help="Which replica takes a request: the one holding the longest prefix of its prompt (a named conversation stays put; the least loaded when it is --routing-imbalance requests busier), or the baselines.")
 @click.option("--routing-imbalance", default=8, show_default=True, type=click.IntRange(min=0), metavar="N", help="Cache-aware routing yields to the least-loaded replica when the chosen one has more than N requests above it.")
 @click.option("--debug", is_flag=True, hidden=True)
 @_handle_errors
@@ -619,7 +594,8 @@ def serve(
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
     streaming), with cross-request prefix caching and continuous batching."""
     from aisql.engine.model.loader import load_resolved, resolve_model
-    from aisql.serve.app import OpenAIServer, RequestLimits
+    from aisql.serve.app import OpenAIServer
+    from aisql.serve.guards import RequestLimits
     from aisql.serve.background import ConnectionLimits, host_port, listen, uvicorn_server
 
     options = _engine_options(device, kv_budget, quantize, no_prefix_cache, no_speculation, dtype, kv_eviction, threads)
@@ -664,23 +640,6 @@ def serve(
     )
     stderr.print(f"serving [bold]{_escape(name)}[/bold] on {engine.info.device} ({how}) at http://{host_port(host, bound)}/v1{auth} (Ctrl+C stops)")
     http.run(sockets=[sock])
-
-
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-
-
-def parse_size(text: str) -> int:
-    """'2GB', '512MiB', '1e9' -> bytes."""
-    import re
-
-    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", text)
-    unit = match.group(2).upper() if match else None
-    if not match or unit not in _UNITS:
-        raise AisqlError(f"cannot read the size {text!r}", hint="e.g. 512MB, 2GB, 4GiB or a number of bytes")
-    try:
-        return int(float(match.group(1)) * _UNITS[unit])
-    except ValueError:
-        raise AisqlError(f"cannot read the size {text!r}", hint="e.g. 512MB, 2GB, 4GiB") from None
 
 
 if __name__ == "__main__":  # pragma: no cover

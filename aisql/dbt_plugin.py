@@ -16,7 +16,8 @@ Models then use the DuckDB-function spellings (`ai_if(prompt('... {0}', col))`, 
 `dbt run` — or one after a crash or Ctrl-C — asks the model only for what is missing.
 
 Config keys: `model` (any --model form), `cache` (a path, or false), `device`, `dtype`,
-`threads`, `checkpoint_every`, `on_overflow`, `stats_json` (a file the per-function counts are
+`threads`, `kv_budget`, `quantize`, the run options of aisql.register (`checkpoint_every`, `checkpoint_seconds`,
+`on_overflow`), `stats_json` (a file the per-function counts are
 written to when dbt exits) and `quiet` (no summary line on stderr at exit).
 """
 
@@ -30,8 +31,10 @@ from typing import Any
 
 from dbt.adapters.duckdb.plugins import BasePlugin
 
+from aisql.executor.options.run_options import FUNCTIONS, check_run_options, options_for
+
 ENGINE_KEYS = ("device", "dtype", "threads", "kv_budget", "quantize")
-RUN_KEYS = ("checkpoint_every", "on_overflow")
+RUN_KEYS = tuple(option.name for option in options_for(FUNCTIONS))  # the run options aisql.register takes
 
 
 class Plugin(BasePlugin):
@@ -42,8 +45,6 @@ class Plugin(BasePlugin):
         unknown = sorted(set(plugin_config) - known)
         if unknown:
             raise ValueError(f"aisql.dbt_plugin: unknown config key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        from aisql.executor.options.option_rules import check_run_options
-
         try:
             check_run_options(**{key: plugin_config[key] for key in RUN_KEYS if key in plugin_config})
         except Exception as err:  # dbt prints a plugin's error; it names the key and the value
@@ -58,7 +59,7 @@ class Plugin(BasePlugin):
         config = self.config
         engine = {key: config[key] for key in ENGINE_KEYS if key in config}
         if "kv_budget" in engine and isinstance(engine["kv_budget"], str):
-            from aisql.cli import parse_size
+            from aisql.sizes import parse_size
 
             engine["kv_budget"] = parse_size(engine["kv_budget"])
         run = {key: config[key] for key in RUN_KEYS if key in config}

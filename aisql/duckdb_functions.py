@@ -37,11 +37,13 @@ from aisql.errors import AisqlError, AisqlWarning
 from aisql.executor.answers.answer_types import RunOptions
 from aisql.executor.store.answer_store import Answer, AnswerStore
 from aisql.executor.node.bound_calls import with_arity
-from aisql.executor.options.checkpoints import DEFAULT_SECONDS
+from aisql.executor.options.run_options import FUNCTIONS, options_for
 from aisql.executor.report.run_stats import NodeStats
 from aisql.functions import AIFunction, Task
 from aisql.executor.session import ModelSession
 from aisql.sql.template import Template, parse_template
+
+FUNCTION_OPTIONS = tuple(option.name for option in options_for(FUNCTIONS))  # the run options register() takes
 
 
 class UdfError(ValueError):
@@ -218,22 +220,22 @@ def register(
     engine: Engine | None = None,
     cache: bool | str | os.PathLike = True,
     store: AnswerStore | None = None,
-    on_overflow: str = "error",
-    checkpoint_every: int = 256,
-    checkpoint_seconds: float = DEFAULT_SECONDS,
-    **engine_options,
+    **options,
 ) -> DuckDBFunctions:
     """Register the AI functions (ai_if, ai_classify, ai_generate, ...) and prompt on `con`'s
     database; returns their handle (stats, session). They work from every cursor of the database
     and from any thread. Registering again (from any cursor) makes the new registration answer
     (e.g. with another model); it is harmless.
 
-    `model`, `engine_options` (device, kv_budget, quantize, ...) and `cache` mean what they mean
-    for `aisql.connect`; `session` shares an `aisql.Connection`'s model and caches instead."""
-    options = RunOptions(checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds, on_overflow=on_overflow)
+    `model`, the engine options (device, kv_budget, quantize, ...) and `cache` mean what they mean
+    for `aisql.connect`; `session` shares an `aisql.Connection`'s model and caches instead. The
+    run options the functions take (on_overflow, checkpoint_every, checkpoint_seconds: those of
+    aisql.executor.options.run_options whose doors include "functions") go to every call."""
+    settings = {name: options.pop(name) for name in FUNCTION_OPTIONS if name in options}
+    run_options = RunOptions.of(**settings)
     if session is None:
-        session = ModelSession.from_options(model, engine=engine, cache=cache, store=store, **engine_options)
-    handle = DuckDBFunctions(session, options)
+        session = ModelSession.from_options(model, engine=engine, cache=cache, store=store, **options)
+    handle = DuckDBFunctions(session, run_options)
     with _REGISTERING:
         token = _database_token(con)
         if token is None:

@@ -188,7 +188,7 @@ class Labelling:
         texts = {template.render(list(values)): values for values in rows}
         reads = self.con.session.reads_states()
         fitting = dataclasses.replace(self.task, decision=Decision("examples", keep_states=reads, fitting=True))
-        answering = self.con.session.answering(RunOptions(progress=progress) if progress is not None else None)
+        answering = self.con.session.answering(RunOptions.of(progress=progress) if progress is not None else None)
         labelled_texts = list(done)
         known, counts = answering.answer_texts({t: 1 for t in [*texts, *labelled_texts]}, fitting, seen=set(), progress=(self.node.id, f"{self.node.call.describe()} [labelling]"))
         self.answers = known

@@ -194,105 +194,132 @@ def run_shell(con, run_one: Callable[[str], None], stream: TextIO = sys.stdin, d
 
 def _read_and_run(con, run_one: Callable[[str], None], stream: TextIO, dialect: str | None, printer, interactive: bool) -> int:
     """run_shell's loop: statements and dot-commands from `stream` until its end (or `.quit`)."""
-    from aisql.shell_commands import DotCommands, Quit
+    return _ShellReader(con, run_one, stream, dialect, printer, interactive).read()
 
-    failed = False
-    splitter = StatementSplitter(dialect)
-    source = lines(stream, interactive)
 
-    def read_answer(prompt: str) -> str | None:
+class _ShellReader:
+    """One shell session's input: lines into statements (run as each completes) and dot-commands,
+    with every error placed at its line and column in the script."""
+
+    def __init__(self, con, run_one: Callable[[str], None], stream: TextIO, dialect: str | None, printer, interactive: bool) -> None:
+        from aisql.shell_commands import DotCommands
+
+        self.con, self.run_one, self.dialect, self.interactive = con, run_one, dialect, interactive
+        self.failed = False
+        self.splitter = StatementSplitter(dialect)
+        self.source = lines(stream, interactive)
+        self.commands = DotCommands(con, printer, read=self.read_answer)
+        self.consumed = 0  # input lines read so far
+        self.start = [1, 0]  # (line, column) in the script where the splitter's unfinished text begins
+
+    def read(self) -> int:
+        line = next(self.source, None)
+        while line is not None:
+            ended = self._line(line)
+            if ended == "quit":
+                return self._status()
+            if ended == "eof":
+                break
+            try:
+                line = self.source.send(bool(self.splitter.unfinished.strip())) if self.interactive else next(self.source, None)
+            except StopIteration:
+                line = None
+        self._finish()
+        return self._status()
+
+    def _status(self) -> int:
+        return 1 if self.failed and not self.interactive else 0
+
+    def _line(self, line: str) -> str | None:
+        """One input line (or a marker the reader sent); "quit" (.quit: the session ends here) or
+        "eof" (the input ended: what is left is finished) when the reading stops."""
+        from aisql.shell_commands import Quit
+
+        if not line.startswith("\x00"):
+            self.consumed += 1
+        if line == "\x00reset":
+            self.restart()
+        elif line == "\x00eof":
+            return "eof"
+        elif line.startswith("\x00bad-utf8"):
+            self.consumed += 1
+            number = line.split()[1]
+            self.report(AisqlError(f"input line {number} is not valid UTF-8 text", hint="the statement it belongs to was discarded; save the script as UTF-8"))
+            self.restart()
+        elif not self.splitter.unfinished.strip() and line.lstrip().startswith("."):
+            try:
+                self.commands.run(line)
+            except Quit:
+                return "quit"
+            except AisqlError as err:
+                if not self.interactive:
+                    err.line, err.col = self.consumed, 1
+                self.report(err)
+            self.restart()
+        else:
+            for statement in self.splitter.feed(line):
+                self.run(statement)
+        return None
+
+    def _finish(self) -> None:
+        """The input ended: a last statement without its `;` runs; an unclosed one is said."""
+        rest = self.splitter.unfinished
+        if not rest.strip() or not _has_sql(rest, self.dialect):
+            return
+        if self.interactive:
+            print("unfinished statement discarded (end a statement with ;)", file=sys.stderr)
+        elif self.splitter.unclosed():
+            self.report(AisqlError(f"the script ends inside {self.splitter.unclosed()}; its last statement did not run", hint="close it, then run the script again"))
+        else:
+            self.run(rest)  # the last statement of a script may lack its `;`
+
+    def read_answer(self, prompt: str) -> str | None:
         """One answer line for a dot-command that asks (.label): typed at a prompt of its own,
         or the script's next line (shown after the prompt, as a terminal would)."""
-        nonlocal consumed
-        if interactive:
+        if self.interactive:
             try:
                 return input(prompt)
             except EOFError:
                 return None
-        answer = next(source, None)
+        answer = next(self.source, None)
         if answer is None:
             return None
-        consumed += 1
+        self.consumed += 1
         print(prompt + answer.rstrip("\n"), file=sys.stderr)
         return answer.rstrip("\r\n")
 
-    commands = DotCommands(con, printer, read=read_answer)
-    line = next(source, None)
-    consumed = 0  # input lines read so far
-    start = [1, 0]  # (line, column) in the script where the splitter's unfinished text begins
-
-    def report(err: AisqlError, at: tuple[int, int] | None = None) -> None:
-        nonlocal failed
-        failed = True
+    def report(self, err: AisqlError, at: tuple[int, int] | None = None) -> None:
         from aisql.stops import report_error
 
-        if at is not None and not interactive and err.line is not None:
+        self.failed = True
+        if at is not None and not self.interactive and err.line is not None:
             err.col = err.col + at[1] if err.line == 1 and err.col is not None else err.col
             err.line = err.line + at[0] - 1
         report_error(err)
 
-    def run(statement: str) -> None:
-        at = tuple(start)
-        newlines = statement.count("\n")
-        start[0] += newlines
-        start[1] = len(statement) - statement.rfind("\n") - 1 if newlines else start[1] + len(statement)
+    def run(self, statement: str) -> None:
         from aisql.stops import is_interrupt, kept_message
 
+        at = tuple(self.start)
+        newlines = statement.count("\n")
+        self.start[0] += newlines
+        self.start[1] = len(statement) - statement.rfind("\n") - 1 if newlines else self.start[1] + len(statement)
         try:
-            commands.last_statement = statement
-            run_one(statement)
+            self.commands.last_statement = statement
+            self.run_one(statement)
         except (KeyboardInterrupt, Exception) as err:
-            if is_interrupt(err) and not interactive:
+            if is_interrupt(err) and not self.interactive:
                 raise  # a piped script stops here (run_shell)
             if is_interrupt(err):
-                print(f"interrupted: {kept_message(getattr(con, 'store', None))}", file=sys.stderr)
+                print(f"interrupted: {kept_message(getattr(self.con, 'store', None))}", file=sys.stderr)
             elif isinstance(err, AisqlError):
-                report(err, at)
+                self.report(err, at)
             else:
                 raise
 
-    def restart() -> None:
-        splitter.reset()
-        start[:] = [consumed + 1, 0]
-
-    while line is not None:
-        if not line.startswith("\x00"):
-            consumed += 1
-        if line == "\x00reset":
-            restart()
-        elif line == "\x00eof":
-            break
-        elif line.startswith("\x00bad-utf8"):
-            consumed += 1
-            number = line.split()[1]
-            report(AisqlError(f"input line {number} is not valid UTF-8 text", hint="the statement it belongs to was discarded; save the script as UTF-8"))
-            restart()
-        elif not splitter.unfinished.strip() and line.lstrip().startswith("."):
-            try:
-                commands.run(line)
-            except Quit:
-                return 1 if failed and not interactive else 0
-            except AisqlError as err:
-                if not interactive:
-                    err.line, err.col = consumed, 1
-                report(err)
-            restart()
-        else:
-            for statement in splitter.feed(line):
-                run(statement)
-        try:
-            line = source.send(bool(splitter.unfinished.strip())) if interactive else next(source, None)
-        except StopIteration:
-            line = None
-    rest = splitter.unfinished
-    if rest.strip() and _has_sql(rest, dialect):
-        if interactive:
-            print("unfinished statement discarded (end a statement with ;)", file=sys.stderr)
-        elif splitter.unclosed():
-            report(AisqlError(f"the script ends inside {splitter.unclosed()}; its last statement did not run", hint="close it, then run the script again"))
-        else:
-            run(rest)  # the last statement of a script may lack its `;`
-    return 1 if failed and not interactive else 0
+    def restart(self) -> None:
+        self.splitter.reset()
+        self.start[:] = [self.consumed + 1, 0]
 
 
 def _has_sql(text: str, dialect: str | None) -> bool:

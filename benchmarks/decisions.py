@@ -37,6 +37,7 @@ import random
 import statistics
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 

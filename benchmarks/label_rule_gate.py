@@ -42,7 +42,7 @@ import probes  # noqa: E402
 
 import math  # noqa: E402
 
-from aisql.functions import by_name, decision, learning, probe  # noqa: E402
+from aisql.functions import by_name, learning, probe  # noqa: E402
 
 ALPHAS = (0.05, 0.2, 0.3)
 PERMUTATION_ALPHAS = (0.05, 0.1)

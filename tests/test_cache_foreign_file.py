@@ -137,8 +137,8 @@ def test_a_database_moved_onto_the_cache_during_a_checkpoint(tmp_path: Path, tin
     opened = cache_module.SqliteAnswerStore._open
     commits = []
 
-    def open_with_swap(self, db):
-        opened(self, db)
+    def open_with_swap(db, path):
+        opened(db, path)
         db.execute("PRAGMA wal_autocheckpoint = 1")
 
         def on_statement(sql):
@@ -149,7 +149,7 @@ def test_a_database_moved_onto_the_cache_during_a_checkpoint(tmp_path: Path, tin
 
         db.set_trace_callback(on_statement)
 
-    monkeypatch.setattr(cache_module.SqliteAnswerStore, "_open", open_with_swap)
+    monkeypatch.setattr(cache_module.SqliteAnswerStore, "_open", staticmethod(open_with_swap))
     con = Connection(model="tiny", engine=tiny_engine, cache=path, warn=lambda message: None)
     load_example_tables(con)
     con.add_file_search_path([EXAMPLES])

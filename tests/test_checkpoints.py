@@ -36,13 +36,13 @@ class Recorder:
 
 
 def test_chunk_sizer_starts_small_then_fills_its_time():
-    sizer = ChunkSizer(max_prompts=256, seconds=2.0)
+    sizer = ChunkSizer(chunk_prompts=256, seconds=2.0)
     assert sizer.next_size([10] * 1000) == FIRST_CHUNK_PROMPTS  # nothing measured yet
     sizer.measured(tokens=80, seconds=1.0)  # 80 prompt tokens per second
     assert sizer.next_size([10] * 1000) == 16  # 2 s at 80 tok/s, 10 tokens a prompt
     assert sizer.next_size([100] * 5) == 1  # never empty, even when one prompt is over the time
     sizer.measured(tokens=10**6, seconds=1.0)
-    assert sizer.next_size([10] * 1000) == 256  # and never over max_prompts
+    assert sizer.next_size([10] * 1000) == 256  # and never over chunk_prompts
 
 
 def test_every_chunk_holds_a_few_seconds_of_model_time_whatever_the_node_size(tiny_engine):
@@ -51,7 +51,7 @@ def test_every_chunk_holds_a_few_seconds_of_model_time_whatever_the_node_size(ti
     seconds_per_token = 0.002
     clock = lambda: tiny_engine.stats.computed_tokens * seconds_per_token  # noqa: E731
     recorder = Recorder()
-    options = RunOptions(checkpoint_every=10_000, checkpoint_seconds=1.0, progress=recorder)
+    options = RunOptions.of(checkpoint_every=10_000, checkpoint_seconds=1.0, progress=recorder)
     answering = Answering(lambda: tiny_engine, MemoryAnswerStore(), options=options, clock=clock)
     task = by_name("IF").task(Options())
     texts = {f"Customer {i} writes: the parcel came {'late' if i % 3 else 'early'} and {i % 7} items broke.": 1 for i in range(300)}

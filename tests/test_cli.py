@@ -207,7 +207,7 @@ def test_quantize_is_said_with_the_output():
 
 @pytest.mark.parametrize("text, size", [("1024", 1024), ("2GB", 2_000_000_000), ("1.5 MiB", 1_572_864), ("64kb", 64_000)])
 def test_parse_size(text, size):
-    from aisql.cli import parse_size
+    from aisql.sizes import parse_size
 
     assert parse_size(text) == size
 

@@ -113,6 +113,7 @@ def test_a_rule_fitted_on_coin_flip_labels_is_not_kept():
     assert rule is not None and report["label_rule_shuffled"]["p"] <= learning.ALPHA
 
 
+@pytest.mark.slow  # 40 labellings, each with its permutation test: a sweep, run in the full suite
 def test_classify_offsets_and_a_score_map_on_coin_flip_labels_are_not_kept():
     rng = np.random.default_rng(7)
     leaning = [tuple(np.log(w / w.sum())) for w in (np.array([2.0, 1.0 + rng.random(), 0.5 + rng.random()]) for _ in range(12))]
@@ -125,6 +126,7 @@ def test_classify_offsets_and_a_score_map_on_coin_flip_labels_are_not_kept():
     assert beat >= 10 and kept <= 0.1 * 40
 
 
+@pytest.mark.slow  # 40 labellings, each with its permutation test: a sweep, run in the full suite
 def test_a_probe_fitted_on_coin_flip_labels_is_not_taken():
     # the same cause through the probe: a model sure of the wrong label half the time makes the
     # offsets' log-loss worse than knowing nothing, so a probe on noise was "less wrong"

@@ -42,7 +42,7 @@ def test_explain_counts_a_small_nodes_prefix_tree_exactly(make_connection, tiny_
     planned tokens equal what a cold engine computes — a join, classification with multi-token
     labels, two nodes sharing a prefix — and the sample-based model is what a node too big for
     the budget (or whose input depends on another node's answers) falls back to."""
-    from aisql.executor.estimates import measured_statistics
+    from aisql.executor.estimates import token_measures
 
     queries = [
         "SELECT c.id, p.id FROM customers c JOIN products p ON AI.IF(PROMPT('{c.profile} might buy this: {p.description}')) WHERE c.id <= 12",
@@ -58,7 +58,7 @@ def test_explain_counts_a_small_nodes_prefix_tree_exactly(make_connection, tiny_
         measured = con.run(sql).stats.totals()["computed_tokens"]
         assert sum(node.plan.tokens for node in estimate.nodes) == measured, sql
 
-    monkeypatch.setattr(measured_statistics, "EXACT_SECONDS", 0.0)  # nothing is cheap enough: estimated from a sample
+    monkeypatch.setattr(token_measures, "EXACT_SECONDS", 0.0)  # nothing is cheap enough: estimated from a sample
     estimate = make_connection().explain(queries[0]).estimates[0]
     assert not any("counted exactly" in node.reason for node in estimate.nodes)
 
@@ -69,7 +69,7 @@ def test_a_huge_cross_join_is_counted_without_rendering_and_refused(tiny_engine,
     EXACT_DISTINCT_ROWS), the sample keeps only small hashes, and a node past MAX_HELD_PROMPTS is
     refused before any prompt is rendered. Scaled down here by lowering both limits."""
     from aisql.errors import AisqlError
-    from aisql.executor.estimates import measured_statistics
+    from aisql.executor.estimates import input_counts
     from aisql.executor import query
     from aisql.executor.estimates.measured_statistics import MeasuredStatistics
 
@@ -79,7 +79,7 @@ def test_a_huge_cross_join_is_counted_without_rendering_and_refused(tiny_engine,
     plan = con.explain(sql).plans[0]
     stats = MeasuredStatistics(con.duckdb, con.session.facts)
     unfiltered = stats.sample(plan.nodes[0], 50)  # 90,000 tuples > 64 x 50: the hash-threshold path
-    monkeypatch.setattr(measured_statistics, "EXACT_DISTINCT_ROWS", 1000)
+    monkeypatch.setattr(input_counts, "EXACT_DISTINCT_ROWS", 1000)
     monkeypatch.setattr(query, "MAX_HELD_PROMPTS", 50_000)
     estimated = con.explain(sql)
     node = estimated.to_dict()["statements"][0]["ai_nodes"][0]

@@ -72,9 +72,11 @@ def test_importing_the_front_end_loads_no_model_code():
 
 
 def _module_graph() -> dict[str, set[str]]:
-    """aisql's modules -> the aisql modules each imports, wherever the import stands (inside a
-    function too: such an import still ties the two modules), but for type-only imports under
-    `if TYPE_CHECKING:`, which never run."""
+    """aisql's modules -> the aisql modules each imports, wherever the import stands: inside a
+    function (such an import still ties the two modules) and under `if TYPE_CHECKING:` too (a
+    type-only circle never runs, but says two files are one unit or a type lives in the wrong
+    place: the type goes where both can import it, or the reader names what it reads by a
+    Protocol)."""
     modules = {}
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -88,16 +90,8 @@ def _module_graph() -> dict[str, set[str]]:
     graph = {}
     for name, path in modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
-        type_only = {
-            id(sub)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for sub in ast.walk(node)
-        }
         found = set()
         for node in ast.walk(tree):
-            if id(node) in type_only:
-                continue
             if isinstance(node, ast.Import):
                 found.update(resolve(alias.name) for alias in node.names if alias.name.startswith("aisql"))
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith("aisql"):
@@ -143,8 +137,55 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_circle_anywhere():
     """A circle closed by an import inside a function still ties its modules together (the Ray
-    worker could reach the driver's node runtimes through one); none is left."""
+    worker could reach the driver's node runtimes through one), and one closed by a type-only
+    import says a type lives in the wrong place; none is left."""
     assert _cycles(_module_graph()) == []
+
+
+EXECUTOR = "aisql.executor"
+# The executor's concern folders, lowest first: a folder imports only folders listed before it
+# (and anything outside the executor the layer rules above allow).
+EXECUTOR_FLOORS = ("store", "report", "options", "answers", "approximate", "joins", "cluster", "estimates", "node")
+
+
+def _folder(module: str) -> str | None:
+    """The executor concern folder a module sits in (None: outside one, e.g. query.py)."""
+    if not module.startswith(EXECUTOR + "."):
+        return None
+    part = module[len(EXECUTOR) + 1 :].split(".")[0]
+    return part if part in EXECUTOR_FLOORS else None
+
+
+def test_executor_folders_import_nothing_above_them():
+    """The store, report and options folders are the floor (they import no other executor
+    folder but those below them); approximate mode and joins never reach the node runtime."""
+    graph = _module_graph()
+    upward = sorted(
+        f"{module} -> {other}"
+        for module, imported in graph.items()
+        if (mine := _folder(module)) is not None
+        for other in imported
+        if (theirs := _folder(other)) is not None and EXECUTOR_FLOORS.index(theirs) > EXECUTOR_FLOORS.index(mine)
+    )
+    assert upward == []
+    top = sorted(
+        f"{module} -> {other}"
+        for module, imported in graph.items()
+        if _folder(module) is not None
+        for other in imported
+        if other.startswith(EXECUTOR + ".") and _folder(other) is None and other != EXECUTOR
+    )
+    assert top == []  # no folder imports the driver's files (query, session, script, plan_executor)
+
+
+def test_the_executor_keeps_few_files_at_its_top():
+    top = sorted(p.name for p in (PACKAGE / "executor").glob("*.py"))
+    assert len(top) <= 8, top
+
+
+def test_the_floor_rule_finds_an_upward_import():
+    assert _folder("aisql.executor.store.cache") == "store" and _folder("aisql.executor.query") is None
+    assert EXECUTOR_FLOORS.index("node") > EXECUTOR_FLOORS.index("joins") > EXECUTOR_FLOORS.index("approximate")
 
 
 def test_the_circle_finder_finds_a_circle():

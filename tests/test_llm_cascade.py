@@ -283,7 +283,7 @@ def test_a_proxys_pilot_rows_are_scored_once_and_counted_once():
     proxy's model sees each text once and its counts are the node's, not the last call's."""
     from aisql.executor.store.answer_store import Answer
     from aisql.executor.answers.answering import AnswerCounts
-    from aisql.executor.node.node_runtime import ProxyScorer
+    from aisql.executor.node.approximate_node import ProxyScorer
 
     asked: list[list[str]] = []
 
@@ -303,7 +303,7 @@ def test_a_proxys_pilot_rows_are_scored_once_and_counted_once():
 
     from aisql.executor.answers.answer_types import RunOptions
 
-    scorer = ProxyScorer(Session(), task=None, node_id="n1", description="AI.IF", options=RunOptions(checkpoint_every=256, checkpoint_seconds=5.0))
+    scorer = ProxyScorer(Session(), task=None, node_id="n1", description="AI.IF", options=RunOptions.of(checkpoint_every=256, checkpoint_seconds=5.0))
     texts = [f"t{i}" for i in range(100)]
     assert scorer(texts[:10]) == {t: 0.5 for t in texts[:10]}
     assert scorer(texts) == {t: 0.5 for t in texts}

@@ -1,4 +1,4 @@
-"""A run's options are checked once (aisql.executor.options.option_rules), so every door refuses a bad
+"""A run's options are checked once (aisql.executor.options.run_options), so every door refuses a bad
 value the same way, before any prompt runs: one AisqlError naming the option and the value.
 Was: checkpoint_every='zero' a TypeError in Python and a UDF exception in dbt; 0 and -5 accepted."""
 
@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import aisql
 from aisql.cli import main
 from aisql.errors import AisqlError
-from aisql.executor.options.option_rules import RUN_OPTIONS, check_run_options
+from aisql.executor.options.run_options import BY_NAME as RUN_OPTIONS, check_run_options
 
 BAD = [
     ("checkpoint_every", "zero", "checkpoint_every must be a whole number, 1 or more, got 'zero'"),

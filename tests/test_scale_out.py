@@ -50,7 +50,7 @@ def test_groups_stay_whole_unless_heavier_than_a_fair_share():
 
 def test_cutter_hands_out_every_group_once_biggest_shards_first():
     groups = [Group(1.0, 1, i) for i in range(100)]
-    cutter = ShardCutter(groups, workers=4, max_prompts=1000)
+    cutter = ShardCutter(groups, workers=4, shard_prompts=1000)
     shards = []
     while (shard := cutter.next()) is not None:
         shards.append(shard)
@@ -58,13 +58,13 @@ def test_cutter_hands_out_every_group_once_biggest_shards_first():
     assert handed == list(range(100))
     sizes = [len(s) for s in shards]
     assert sizes[0] == 13 and sizes == sorted(sizes, reverse=True) and sizes[-1] == 1
-    capped = ShardCutter(groups, workers=1, max_prompts=8)
+    capped = ShardCutter(groups, workers=1, shard_prompts=8)
     assert len(capped.next()) == 8  # never more prompts than a checkpoint
 
 
 def test_cutter_prefers_a_workers_own_groups_and_steals_last():
     groups = [Group(1.0, 1, ("w0", i), "w0") for i in range(6)] + [Group(1.0, 1, ("w1", i), "w1") for i in range(2)]
-    cutter = ShardCutter(groups, workers=1, max_prompts=2)
+    cutter = ShardCutter(groups, workers=1, shard_prompts=2)
     assert [g.payload for g in cutter.next("w1")] == [("w1", 0), ("w1", 1)]
     assert [g.payload for g in cutter.next("w0")] == [("w0", 0), ("w0", 1)]
     stolen = cutter.next("w1")  # w1 has nothing of its own left: it takes from the end of w0's
@@ -77,9 +77,9 @@ def test_cutter_prefers_a_workers_own_groups_and_steals_last():
 
 
 def test_simulated_plan_balances_many_groups_and_respects_the_largest():
-    many = simulate([Group(float(1 + i % 7), 1 + i % 7) for i in range(5000)], workers=64, max_prompts=256)
+    many = simulate([Group(float(1 + i % 7), 1 + i % 7) for i in range(5000)], workers=64, shard_prompts=256)
     assert many.balance > 0.97 and sum(many.worker_prompts) == sum(1 + i % 7 for i in range(5000))
-    lopsided = simulate([Group(100.0, 10)] + [Group(1.0, 1)] * 10, workers=4, max_prompts=256)
+    lopsided = simulate([Group(100.0, 10)] + [Group(1.0, 1)] * 10, workers=4, shard_prompts=256)
     assert lopsided.split_groups == 1  # 100 of 110 tokens: split into pieces of a fair share
     assert lopsided.makespan <= 110 / 4 + 1e-9 or lopsided.makespan == pytest.approx(max(lopsided.shard_weights))
 
@@ -310,12 +310,13 @@ def test_max_prompts_holds_with_shards_in_flight(pool_con):
     import threading
 
     from aisql.executor.answers.answering import Answering, RunOptions
+    from aisql.executor.cluster.sharded import PoolShards
     from aisql.executor.store.answer_store import MemoryAnswerStore
     from aisql.executor.options.budget import Budget, BudgetExceeded
 
     store = MemoryAnswerStore()
-    options = RunOptions(budget=Budget(max_prompts=10), checkpoint_every=4)
-    answering = Answering(lambda: pool_con.engine, store, threading.RLock(), options=options)
+    options = RunOptions.of(budget=Budget(max_prompts=10), checkpoint_every=4)
+    answering = Answering(lambda: pool_con.engine, store, threading.RLock(), options=options, runner=PoolShards())
     counts = {f"review number {i} says the parcel came late": 1 for i in range(40)}
     with pytest.raises(BudgetExceeded, match="--max-prompts 10") as stop:
         answering.answer_texts(counts, _score_task(), seen=set(), progress=("n1", "AI.IF"), key="budget-test")

@@ -21,7 +21,7 @@ pytest.importorskip("ray")
 
 from aisql.engine.model.loader import resolve_model
 from aisql.engine.options import EngineOptions
-from aisql.serve.app import RequestLimits
+from aisql.serve.guards import RequestLimits
 from aisql.serve.background import BackgroundServer
 from aisql.serve.replicas import start_pool
 

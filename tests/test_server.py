@@ -344,22 +344,23 @@ def test_aisql_serve_command():
     process = subprocess.Popen(
         [sys.executable, "-m", "aisql.cli", "serve", "--model", "tiny", "--port", str(port)], stderr=subprocess.PIPE, text=True
     )
+    said = []
     try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=300)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                models = client.models.list()
+        # Up when it says so: the line comes once its socket listens (connections queue until
+        # uvicorn accepts them). Waited for as an event, not against a clock.
+        for line in process.stderr:
+            said.append(line)
+            if line.startswith("serving "):
                 break
-            except openai.APIConnectionError:
-                assert process.poll() is None, process.stderr.read()
-                assert time.monotonic() < deadline, "aisql serve did not come up"
-                time.sleep(0.05)
+        assert said and said[-1].startswith("serving "), "".join(said)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=300)
+        models = client.models.list()
         assert models.data[0].id == "tiny"
         assert client.completions.create(model="tiny", prompt="Hi", max_tokens=3, temperature=0).usage.completion_tokens > 0
     finally:
         process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=300)
+        _, rest = process.communicate(timeout=300)
+    err = "".join(said) + rest
     assert "serving tiny on cpu (float32, " in err and f" at http://127.0.0.1:{port}/v1" in err
     assert "meaningless" in err and "Traceback" not in err
 

@@ -232,7 +232,7 @@ def test_the_final_query_finds_answers_by_tuple_hash_and_renders_only_after_a_co
     found by it, no row rendered; if two tuples of the node shared a hash, every row is rendered
     and found by its text's digest instead. NULL arguments answer NULL either way."""
     from aisql.executor.store.answer_index import AnswerIndex
-    from aisql.executor.node.node_runtime import NodeRuntime
+    from aisql.executor.node.streamed_answers import StreamedAnswers
 
     monkeypatch.setattr(streamed_input, "STREAM_AT", 0)
     monkeypatch.setattr(streamed_input, "SLICE_ROWS", 4)
@@ -245,8 +245,8 @@ def test_the_final_query_finds_answers_by_tuple_hash_and_renders_only_after_a_co
 
         monkeypatch.setattr(AnswerIndex, "seal_tuples", colliding)
     rendered = []
-    by_text = NodeRuntime._lookup_indexed
-    monkeypatch.setattr(NodeRuntime, "_lookup_indexed", lambda self, rows: rendered.extend(rows) or by_text(self, rows))
+    by_text = StreamedAnswers.lookup
+    monkeypatch.setattr(StreamedAnswers, "lookup", lambda self, rows: rendered.extend(rows) or by_text(self, rows))
     con, _ = pooled()
     _pairs(con.duckdb, 5, 4)
     con.duckdb.execute("INSERT INTO c VALUES (99, NULL)")
@@ -329,7 +329,7 @@ def test_max_prompts_holds_on_a_streamed_node(tiny_engine):
     from aisql.executor.cluster.streamed_input import StreamedGroup
 
     store = MemoryAnswerStore()
-    options = RunOptions(budget=Budget(max_prompts=10), checkpoint_every=4)
+    options = RunOptions.of(budget=Budget(max_prompts=10), checkpoint_every=4)
     answering = Answering(lambda: None, store, threading.RLock(), options=options)
     engine = ClusterEngine(InlinePool(tiny_engine), tiny_engine.facts())
     slices = iter([[StreamedGroup((f"lead {g}",), [f"lead {g} item {i}" for i in range(6)], [1] * 6)] for g in range(5)])

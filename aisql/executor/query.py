@@ -20,12 +20,11 @@ from aisql.errors import AisqlError
 from aisql.executor.estimates import throughput
 from aisql.executor.answers.answer_types import RunOptions
 from aisql.executor.options.budget import Budget, check_plan
-from aisql.executor.options.checkpoints import DEFAULT_SECONDS
-from aisql.executor.estimates.explaining import explain_script
+from aisql.executor.explaining import explain_script
 from aisql.executor.estimates.measured_statistics import MeasuredStatistics
-from aisql.executor.options.option_rules import check_run_options
+from aisql.executor.options.run_options import RunRequest
 from aisql.executor.plan_executor import Executor
-from aisql.executor.report.progress import NoProgress, Progress
+from aisql.executor.report.progress import NoProgress
 from aisql.executor.report.run_stats import RunStats
 from aisql.executor.script import bind_script, call_notes, check_endpoints, constants_of, has_ai
 from aisql.executor.estimates.selectivity_samples import SampleEvaluator
@@ -33,7 +32,6 @@ from aisql.executor.session import ModelSession, ModelUsed
 from aisql.functions.arguments import constants_from
 from aisql.planner import PlanningContext, plan_statement
 from aisql.planner.hardware import Hardware, hardware_profile
-from aisql.sql.parameters import Parameters
 from aisql.sql.parse import explained_sql
 from aisql.sql.source import SourceText
 
@@ -57,41 +55,6 @@ class QueryResult:
         from aisql.executor.report.summary import summary_line
 
         return f"<QueryResult {summary_line(self)}>"
-
-
-@dataclass
-class RunRequest:
-    """How to run a script (the options of `aisql run`)."""
-
-    dialect: str | None = None  # what the script is written in: duckdb (default), bigquery, snowflake
-    params: Parameters = None  # values of $1 / ? / $name parameters: a list, or a dict by name
-    naive: bool = False
-    hardware: str | None = None  # cost the run at this profile's price (stats, --max-cost)
-    price_per_hour: float | None = None
-    max_prompts: int | None = None
-    max_cost: float | None = None
-    on_overflow: str = "error"
-    checkpoint_every: int = 256
-    checkpoint_seconds: float = DEFAULT_SECONDS
-    progress: Progress | None = None  # None: silence
-    # Approximate mode for every AI.IF (opt-in): True for the default targets, or a dict of
-    # recall / precision / delta / sample / seed (aisql.executor.approximate.cascade). Naive runs stay exact.
-    approximate: bool | dict | None = None
-    strict_models: bool = False  # a model named in the query other than the run's is refused, not answered by the run's model
-    # A model named in the query -> the model that answers it (--model-map NAME=MODEL): a dict,
-    # or "NAME=MODEL" strings. Unmapped names are answered by the run's model, with a note.
-    model_map: dict | list | None = None
-    flock: object = None  # the FlockMTL prompts a connection keeps across runs (aisql.sql.flockmtl)
-
-    def __post_init__(self) -> None:
-        check_run_options(
-            checkpoint_every=self.checkpoint_every,
-            checkpoint_seconds=self.checkpoint_seconds,
-            on_overflow=self.on_overflow,
-            max_prompts=self.max_prompts,
-            max_cost=self.max_cost,
-            price_per_hour=self.price_per_hour,
-        )
 
 
 def approximate_targets(value: bool | dict | None):
@@ -135,7 +98,7 @@ def run_script(con: duckdb.DuckDBPyConnection, session: ModelSession, sql_text: 
     for number, bound in enumerate(statements, 1):
         explained = _explained_with_ai(bound, request.dialect)
         if explained is not None:  # EXPLAIN of a statement with AI calls: aisql's plan
-            table = pa.table({"plan": str(explain_script(con, session, explained, dialect=request.dialect)).splitlines()})
+            table = pa.table({"plan": str(explain_script(con, session, explained, request)).splitlines()})
             results.append((number, table))
             continue
         executor.check(bound, source)
@@ -181,9 +144,7 @@ def _pricing(request: RunRequest, session: ModelSession) -> tuple[Hardware | Non
 
 def _run_options(request: RunRequest, session: ModelSession, budget: Budget | None) -> RunOptions:
     return RunOptions(
-        checkpoint_every=request.checkpoint_every,
-        checkpoint_seconds=request.checkpoint_seconds,
-        on_overflow=request.on_overflow,
+        request,
         budget=budget,
         progress=request.progress or NoProgress(),
         approximate=None if request.naive else approximate_targets(request.approximate),

@@ -220,14 +220,20 @@ class ModelSession:
     def answering(self, options: "RunOptions | None" = None) -> "Answering":
         """This model's way to answers for one run: the engine (loaded on first need), the result
         cache, the engine lock and the fingerprint, with the run's options."""
-        from aisql.executor.answers.answering import Answering, RunOptions
+        from aisql.executor.answers.answering import Answering, LocalChunks, RunOptions
 
+        runner = LocalChunks()
+        if self.cluster is not None:  # the way prompts reach the model, chosen once per session
+            from aisql.executor.cluster.sharded import PoolShards
+
+            runner = PoolShards()
         return Answering(
             lambda: self.engine,
             self.store,
             self.lock,
             self.fingerprint,
             options or RunOptions(),
+            runner=runner,
             pooled=lambda: self.cluster is not None,
             reads_states=self.reads_states,
         )

@@ -132,26 +132,10 @@ def choose(function: "AIFunction", task: "Task", rows: Sequence[Sequence[float]]
     why_not = _probe_unavailable(function, task, labels, states)
     evidence = None
     if why_not is None:
-        x = unpack_states(states)
-        targets = [function.probe_target(task, label) for label in labels]
-        kind = function.probe_kind
-        predicted = [None if p is None else function.value_from_probe(task, p) for p in probe.cross_validated(x, targets, kind)]
-        probe_quality = quality(predicted, labels)
-        fitted_probe = probe.fit(x, targets, kind)
-        candidates.append(_candidate(PROBE, fitted_probe.describe(), predicted, labels, quality, f"{len(probe.folds(targets, kind))}-fold cross-validated"))
-        margin = MARGIN / math.sqrt(len(labels))
-        if kind == probe.CLASSES:  # a proper score on the same folds, repeated: the accuracy of a few examples is too coarse to choose by
-            gain = log_loss_gain(x, targets, rows, len(task.labels))
-            evidence = {"measure": "balanced log-loss, the probe against the fitted offsets", "gain": round(gain, 4), "margin": round(margin, 4)}
-            reads_labels, evidence["chance"] = above_chance(candidates[-1], labels)
-        else:
-            gain = probe_quality - best
-            evidence = {"measure": function.choice_name, "gain": round(gain, 4), "margin": round(margin, 4)}
-            if gain >= margin:  # only then does the test decide (ridge refits are cheap: 39 x 5 at most)
-                evidence["shuffled"] = probe_reads_labels(x, targets, kind)
-            reads_labels = "shuffled" not in evidence or evidence["shuffled"]["p"] <= ALPHA
-        if gain >= margin and reads_labels:
-            chosen, chosen_name, best, answers = Decision("examples", probe=fitted_probe), PROBE, probe_quality, predicted
+        taken, evidence = _try_probe(function, task, rows, labels, states, candidates, best)
+        if taken is not None:
+            chosen, best, answers = taken
+            chosen_name = PROBE
     report = {
         "examples": len(rows),
         "rule": chosen.describe() if chosen is not None else own_rule,
@@ -170,6 +154,34 @@ def choose(function: "AIFunction", task: "Task", rows: Sequence[Sequence[float]]
     if evidence is not None:
         report["probe_evidence"] = evidence  # what decided: the probe taken where gain >= margin and shuffled["p"] <= alpha
     return Choice(chosen, report, answers)
+
+
+def _try_probe(function: "AIFunction", task: "Task", rows, labels: Sequence[Any], states, candidates: list, best: float):
+    """The probe on the hidden states as a candidate (appended to `candidates`), and whether it is
+    taken over the rule chosen so far (quality `best`): ((its decision, quality, answers) or
+    None, the evidence that decided)."""
+    quality = function.choice_quality
+    x = unpack_states(states)
+    targets = [function.probe_target(task, label) for label in labels]
+    kind = function.probe_kind
+    predicted = [None if p is None else function.value_from_probe(task, p) for p in probe.cross_validated(x, targets, kind)]
+    probe_quality = quality(predicted, labels)
+    fitted_probe = probe.fit(x, targets, kind)
+    candidates.append(_candidate(PROBE, fitted_probe.describe(), predicted, labels, quality, f"{len(probe.folds(targets, kind))}-fold cross-validated"))
+    margin = MARGIN / math.sqrt(len(labels))
+    if kind == probe.CLASSES:  # a proper score on the same folds, repeated: the accuracy of a few examples is too coarse to choose by
+        gain = log_loss_gain(x, targets, rows, len(task.labels))
+        evidence = {"measure": "balanced log-loss, the probe against the fitted offsets", "gain": round(gain, 4), "margin": round(margin, 4)}
+        reads_labels, evidence["chance"] = above_chance(candidates[-1], labels)
+    else:
+        gain = probe_quality - best
+        evidence = {"measure": function.choice_name, "gain": round(gain, 4), "margin": round(margin, 4)}
+        if gain >= margin:  # only then does the test decide (ridge refits are cheap: 39 x 5 at most)
+            evidence["shuffled"] = probe_reads_labels(x, targets, kind)
+        reads_labels = "shuffled" not in evidence or evidence["shuffled"]["p"] <= ALPHA
+    if gain >= margin and reads_labels:
+        return (Decision("examples", probe=fitted_probe), probe_quality, predicted), evidence
+    return None, evidence
 
 
 def held_out_answers(function: "AIFunction", task: "Task", rows: Sequence[Sequence[float]], labels: Sequence[Any], own: Sequence[Any]) -> list:

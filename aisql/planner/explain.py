@@ -207,31 +207,7 @@ def plans_tree(
                 f"[dim]line {node.call.line}, {node.location.clause.value} of {node.location.scope_name}, "
                 f"{node.strategy.value}{anchor}[/dim]"
             )
-            q = quality(node, est)
-            if q == "unknown":
-                reason = f" ({est.reason})" if est and est.reason else ""
-                branch.add(f"rows in: ?  prompts total: ?  prompts unique: ?{reason}")
-            else:
-                mark = {"exact": "", "estimate": "~", "upper bound": "≤ "}[q]
-                branch.add(
-                    f"rows in: {mark}{est.rows_in:,.0f}  prompts total: {mark}{est.prompts_total:,.0f}  "
-                    f"prompts unique: {mark}{est.prompts_unique:,.0f}"
-                )
-                branch.add(_cost_line(est.naive, est.plan, calibrated))
-                if est.cached_share:
-                    branch.add(f"[green]{cached_line(est)}[/green]")
-                if est.reason:
-                    branch.add(f"[dim]{est.reason}[/dim]")
-                cascade = approximate_line(node, est, (proxies or {}).get(node.id))
-                if cascade:
-                    branch.add(f"[yellow]{cascade}[/yellow]")
-                shards = (shard_plans or {}).get(node.id)
-                if shards:
-                    branch.add(f"[blue]{shard_line(shards)}[/blue]")
-                if est.selectivity is not None or est.input_factor != 1.0:
-                    sel = f"selectivity {est.selectivity.value:.2f} ({est.selectivity.source})" if est.selectivity else ""
-                    share = f"input {est.input_factor:.0%} of its AI-free rows" if est.input_factor != 1.0 else ""
-                    branch.add("[dim]" + " · ".join(p for p in (sel, share) if p) + "[/dim]")
+            _estimate_lines(branch, node, est, calibrated, (proxies or {}).get(node.id), (shard_plans or {}).get(node.id))
             rule = (decisions or {}).get(node.id) or decision_line(node)
             if rule:
                 branch.add(f"[yellow]{rule}[/yellow]")
@@ -243,6 +219,35 @@ def plans_tree(
         if estimate is not None and plan.nodes:
             stmt.add("[bold]total[/bold]  " + _cost_line(estimate.naive, estimate.plan, calibrated))
     return root
+
+
+def _estimate_lines(branch, node: AINode, est, calibrated: bool, proxy: str | None, shards: dict | None) -> None:
+    """A node's estimate under its branch: rows and prompts, cost, cache, approximate mode,
+    shards, selectivity."""
+    q = quality(node, est)
+    if q == "unknown":
+        reason = f" ({est.reason})" if est and est.reason else ""
+        branch.add(f"rows in: ?  prompts total: ?  prompts unique: ?{reason}")
+        return
+    mark = {"exact": "", "estimate": "~", "upper bound": "≤ "}[q]
+    branch.add(
+        f"rows in: {mark}{est.rows_in:,.0f}  prompts total: {mark}{est.prompts_total:,.0f}  "
+        f"prompts unique: {mark}{est.prompts_unique:,.0f}"
+    )
+    branch.add(_cost_line(est.naive, est.plan, calibrated))
+    if est.cached_share:
+        branch.add(f"[green]{cached_line(est)}[/green]")
+    if est.reason:
+        branch.add(f"[dim]{est.reason}[/dim]")
+    cascade = approximate_line(node, est, proxy)
+    if cascade:
+        branch.add(f"[yellow]{cascade}[/yellow]")
+    if shards:
+        branch.add(f"[blue]{shard_line(shards)}[/blue]")
+    if est.selectivity is not None or est.input_factor != 1.0:
+        sel = f"selectivity {est.selectivity.value:.2f} ({est.selectivity.source})" if est.selectivity else ""
+        share = f"input {est.input_factor:.0%} of its AI-free rows" if est.input_factor != 1.0 else ""
+        branch.add("[dim]" + " · ".join(p for p in (sel, share) if p) + "[/dim]")
 
 
 def decision_line(node: AINode) -> str | None:

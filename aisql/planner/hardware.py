@@ -41,6 +41,7 @@ GPUS = {
     "h200": Hardware("h200", peak_flops=989e12, memory_bandwidth=4.8e12, efficiency=0.45, price_per_hour=3.50),
 }
 CPU_PRICE_PER_HOUR = 0.10  # a 2-core cloud VM
+HARDWARE = ("cpu", *GPUS)  # the profiles' names, as every door spells them
 
 
 def hardware_profile(name: str, price_per_hour: float | None = None, cpu: Callable[[], tuple[float, float]] | None = None) -> Hardware:
@@ -53,4 +54,4 @@ def hardware_profile(name: str, price_per_hour: float | None = None, cpu: Callab
         flops, bandwidth = cpu()
         profile = Hardware("cpu", peak_flops=flops, memory_bandwidth=bandwidth, efficiency=0.6, price_per_hour=CPU_PRICE_PER_HOUR, measured=True)
         return profile.with_price(price_per_hour)
-    raise AisqlError(f"unknown hardware profile {name!r}", hint="use cpu, h100 or h200")
+    raise AisqlError(f"unknown hardware profile {name!r}", hint=f"use {', '.join(HARDWARE)}")

@@ -106,51 +106,13 @@ class _InputBuilder:
         all_inner = all(_is_inner(j) for j in joins)
 
         if loc.clause is Clause.JOIN and not all_inner:
-            k = loc.join_index
-            kept = []
-            for join in joins[:k]:
-                if not self._filter_join(join):
-                    return None
-                kept.append(join)
-            target = joins[k]
-            preserves_left = (target.args.get("side") or "").upper() in ("", "LEFT")
-            target.set("side", None)
-            if target.args.get("kind") not in (None, "", "INNER"):
-                target.set("kind", None)
-            target.set("on", self._strip(target.args.get("on")) or exp.true())
-            kept.append(target)
-            query.set("joins", kept)
-            # WHERE cannot go below an outer join, except conjuncts on the join's left side alone
-            # when the join keeps left rows as they are (LEFT or INNER): a left row failing them is
-            # dropped with everything joined to it, whatever the call answers.
-            pushed = self._left_side_conjuncts(query, k) if preserves_left else []
-            query.set("where", exp.Where(this=exp.and_(*pushed)) if pushed else None)
-            self._drop_grouping(query)
+            if not self._below_outer_join(query, joins, loc.join_index):
+                return None
             items: list[exp.Expression] | None = []
         elif all_inner and joins and loc.clause in (Clause.WHERE, Clause.JOIN) and self._push_below_joins(query, args):
             items = []
         else:
-            for join in joins:
-                if not self._filter_join(join):
-                    return None
-            where = query.args.get("where")
-            if where is not None:
-                cond = self._strip(where.this)
-                query.set("where", exp.Where(this=cond) if cond is not None else None)
-            grouped = loc.clause is Clause.HAVING or (
-                loc.clause in (Clause.SELECT, Clause.ORDER, Clause.QUALIFY) and needs_grouping(args, query)
-            )
-            if grouped:
-                having = query.args.get("having")
-                cond = self._strip(having.this) if having is not None else None
-                query.set("having", exp.Having(this=cond) if cond is not None else None)
-                if query.args.get("group") is not None and self._blocked_in(query.args["group"]):
-                    return None
-                items = self._grouped_items(query.expressions)
-            else:
-                keep_limit = self._limit_applies(query)
-                self._drop_grouping(query)
-                items = self._row_items(query.expressions)
+            items, keep_limit = self._filtered_items(query, joins, args)
             if items is None:
                 return None
 
@@ -165,6 +127,54 @@ class _InputBuilder:
         if ctes:
             query = _attach_ctes(query, ctes)
         return query
+
+    def _below_outer_join(self, query: exp.Select, joins: list[exp.Join], k: int) -> bool:
+        """An AI call in the ON of outer join `k`: its input is that join made inner over the
+        joins before it (rewrites `query`); False where a join before it cannot be kept."""
+        kept = []
+        for join in joins[:k]:
+            if not self._filter_join(join):
+                return False
+            kept.append(join)
+        target = joins[k]
+        preserves_left = (target.args.get("side") or "").upper() in ("", "LEFT")
+        target.set("side", None)
+        if target.args.get("kind") not in (None, "", "INNER"):
+            target.set("kind", None)
+        target.set("on", self._strip(target.args.get("on")) or exp.true())
+        kept.append(target)
+        query.set("joins", kept)
+        # WHERE cannot go below an outer join, except conjuncts on the join's left side alone
+        # when the join keeps left rows as they are (LEFT or INNER): a left row failing them is
+        # dropped with everything joined to it, whatever the call answers.
+        pushed = self._left_side_conjuncts(query, k) if preserves_left else []
+        query.set("where", exp.Where(this=exp.and_(*pushed)) if pushed else None)
+        self._drop_grouping(query)
+        return True
+
+    def _filtered_items(self, query: exp.Select, joins: list[exp.Join], args: list[exp.Expression]) -> tuple[list[exp.Expression] | None, bool]:
+        """The query's own filters less the calls without answers (rewrites `query`), and the
+        select items the input keeps: (items or None where it cannot be derived, whether the
+        statement's LIMIT applies to it)."""
+        loc = self.node.location
+        for join in joins:
+            if not self._filter_join(join):
+                return None, False
+        where = query.args.get("where")
+        if where is not None:
+            cond = self._strip(where.this)
+            query.set("where", exp.Where(this=cond) if cond is not None else None)
+        grouped = loc.clause is Clause.HAVING or (loc.clause in (Clause.SELECT, Clause.ORDER, Clause.QUALIFY) and needs_grouping(args, query))
+        if not grouped:
+            keep_limit = self._limit_applies(query)
+            self._drop_grouping(query)
+            return self._row_items(query.expressions), keep_limit
+        having = query.args.get("having")
+        cond = self._strip(having.this) if having is not None else None
+        query.set("having", exp.Having(this=cond) if cond is not None else None)
+        if query.args.get("group") is not None and self._blocked_in(query.args["group"]):
+            return None, False
+        return self._grouped_items(query.expressions), False
 
     def _push_below_joins(self, query: exp.Select, args: list[exp.Expression]) -> bool:
         """An AI predicate of an inner-join conjunction that reads only some of the tables runs

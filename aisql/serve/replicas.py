@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 import os
 import socket
 import time
@@ -35,8 +34,8 @@ from aisql.engine.base import ModelInfo
 from aisql.engine.continuous import FinishEvent, ServeRequest, TokenEvent
 from aisql.engine.continuous.request import RequestTimes, Sink
 from aisql.engine.options import EngineOptions
+from aisql.ray_actors import actor_class, first_line, import_ray, one_model, start_local_runtime
 from aisql.errors import AisqlError, ModelError
-from aisql.extras import install_hint
 from aisql.serve.routing import BLOCK_TOKENS, DEFAULT_IMBALANCE, NoReplica, ReplicaState, RouteRequest, make_router
 
 OBJECT_STORE_BYTES = 128 << 20  # events are small; the store's floor is ~75 MB
@@ -178,7 +177,7 @@ class ReplicaPool:
     def start(self) -> ModelInfo:
         """Start the runtime and every replica; return once all have loaded the model (one clear
         error if one cannot)."""
-        ray = _import_ray()
+        ray = import_ray("aisql serve --replicas")
         if not ray.is_initialized():
             cpus = os.cpu_count() or 1
             need = self.count * (self.threads or 1)
@@ -187,16 +186,10 @@ class ReplicaPool:
                     f"{self.count} replicas x {self.threads or 1} threads need {need} CPUs and this machine has {cpus}",
                     hint=f"ask for at most {max(1, cpus // (self.threads or 1))} replicas, or fewer --threads",
                 )
-            ray.init(
-                num_cpus=cpus,
-                include_dashboard=False,
-                object_store_memory=OBJECT_STORE_BYTES,
-                logging_level=logging.ERROR,
-                log_to_driver=False,
-            )
+            start_local_runtime(ray, OBJECT_STORE_BYTES)
             self._owns_runtime = True
         self._ray = ray
-        self._remote = ray.remote(max_restarts=0, max_task_retries=0)(ReplicaWorker)
+        self._remote = actor_class(ray, ReplicaWorker)
         for slot in self.slots:
             self._launch(slot)
         infos = []
@@ -206,17 +199,16 @@ class ReplicaPool:
             except ray.exceptions.RayTaskError as err:
                 self.close()
                 raise ModelError(
-                    f"replica {slot.state.name} could not load the model: {_first_line(getattr(err, 'cause', err))}"
+                    f"replica {slot.state.name} could not load the model: {first_line(getattr(err, 'cause', err))}"
                 ) from None
             except ray.exceptions.RayActorError as err:
                 self.close()
-                raise ModelError(f"replica {slot.state.name} could not start: {_first_line(err)}") from None
-        fingerprints = {info.model.fingerprint for info in infos}
-        if len(fingerprints) > 1:
+                raise ModelError(f"replica {slot.state.name} could not start: {first_line(err)}") from None
+        try:
+            one_model((info.model.fingerprint for info in infos), "replicas")
+        except ModelError:
             self.close()
-            raise ModelError(
-                "the replicas loaded different models (fingerprints differ)", hint="give every node the same model files"
-            )
+            raise
         for slot, info in zip(self.slots, infos):
             slot.info, slot.state.alive = info, True
         self.info = infos[0].model
@@ -241,7 +233,7 @@ class ReplicaPool:
     def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
-        ray = self._ray or _import_ray()
+        ray = self._ray or import_ray("aisql serve --replicas")
         for slot in self.slots:
             if slot.actor is not None:
                 with contextlib.suppress(Exception):  # already gone
@@ -303,13 +295,13 @@ class ReplicaPool:
             handle.finished = True
             sink(
                 FinishEvent(
-                    "error", len(request.prompt_ids), 0, len(outputs), error=f"replica {slot.state.name} died: {_first_line(err)}"
+                    "error", len(request.prompt_ids), 0, len(outputs), error=f"replica {slot.state.name} died: {first_line(err)}"
                 )
             )
             self._died(index, generation)
         except ray.exceptions.RayTaskError as err:
             handle.finished = True
-            sink(FinishEvent("error", len(request.prompt_ids), 0, len(outputs), error=_first_line(getattr(err, "cause", err))))
+            sink(FinishEvent("error", len(request.prompt_ids), 0, len(outputs), error=first_line(getattr(err, "cause", err))))
         finally:
             self.router.done(route)
             if slot.generation == generation:
@@ -378,19 +370,6 @@ class ReplicaPool:
 
     def describe(self) -> str:
         return f"{self.count} replicas ({self.policy} routing)"
-
-
-def _import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise AisqlError("aisql serve --replicas needs Ray, which is not installed", hint=install_hint("ray")) from None
-    return ray
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[-1] if text else type(err).__name__
 
 
 def model_front(tokenizer_directory: str, info: ModelInfo):

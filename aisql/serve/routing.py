@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 BLOCK_TOKENS = 16
 DEFAULT_IMBALANCE = 8
-POLICIES = ("cache-aware", "round-robin", "least-load")
+from aisql.serve.choices import ROUTING_POLICIES as POLICIES  # noqa: E402
 
 
 def block_hashes(tokens: Sequence[int], salt: str | None = None, block: int = BLOCK_TOKENS) -> list[int]:

@@ -18,7 +18,8 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.dialects.snowflake import Snowflake
 from sqlglot.tokens import TokenType
 
-DEFAULT = "duckdb"
+from aisql.sql import dialect_names
+from aisql.sql.dialect_names import DEFAULT
 
 
 class _AICallsAsWritten:
@@ -42,7 +43,7 @@ class AisqlSnowflake(Snowflake):
         pass
 
 
-DIALECTS: dict[str, type[Dialect] | str] = {"duckdb": "duckdb", "bigquery": AisqlBigQuery, "snowflake": AisqlSnowflake}
+DIALECTS: dict[str, type[Dialect] | str] = dict(zip(dialect_names.DIALECTS, ("duckdb", AisqlBigQuery, AisqlSnowflake)))  # by name, in the names' order
 
 
 def dialect_for(name: str | None):

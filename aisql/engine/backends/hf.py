@@ -25,9 +25,8 @@ from aisql.engine.kv.eviction import eviction_policy
 from aisql.engine.kv.radix import RadixCache
 from aisql.engine.batch.scheduler import Scheduler, Work
 from aisql.engine.batch import flat as flat_attention
-from aisql.engine.decoding.json_constraint import DEAD_END, check_budget, row_constraint
-from aisql.engine.decoding.decode import DecodeRow, decode_pass, greedy_accept, settle
-from aisql.engine.decoding.token_sampling import sample_token, seeded_generator
+from aisql.engine.backends.hf_decoding import BatchDecode
+from aisql.engine.backends.hf_scoring import score_batch
 from aisql.engine.batch.flat import FlatOutput, Segment
 from aisql.engine.decoding.speculative import NgramIndex, SpeculationConfig
 
@@ -108,7 +107,7 @@ class HFEngine(EncodesPrompts):
                 for batch in self.scheduler.batches(window):
                     self._follow_load()
                     batch = [self.scheduler.refresh(w) for w in batch]
-                    scores = self._score_batch(batch, [requests[w.index] for w in batch], reuse)
+                    scores = score_batch(self, batch, [requests[w.index] for w in batch], reuse)
                     for work, value in zip(batch, scores):
                         results[work.index] = value
                     self._release(batch)
@@ -153,83 +152,6 @@ class HFEngine(EncodesPrompts):
         if reuse:
             self.compute_shared([w.chain for w in window])
 
-    def _score_batch(self, batch: list[Work], requests: list[ScoreRequest], reuse: bool) -> list[LabelScores]:
-        if self.flat:
-            return self._score_flat(batch, requests, reuse)
-        needs_tail = any(len(label) > 1 for r in requests for label in r.label_ids)
-        out = self.run_rows(batch, keep_cache=needs_tail or reuse, store=reuse)
-        rows = torch.arange(len(batch), device=self.device)
-        last = out.hidden[rows, torch.tensor(out.lengths, device=self.device) - 1]
-
-        # First label token: only those rows of the output head. The softmax normaliser at this
-        # position is the same for every label of a request, so it cancels.
-        width = max(len(r.label_ids) for r in requests)
-        first = torch.zeros((len(batch), width), dtype=torch.long, device=self.device)
-        for b, r in enumerate(requests):
-            first[b, : len(r.label_ids)] = torch.tensor([label[0] for label in r.label_ids], device=self.device)
-        first_logits = self.runner.label_logits(last, first)
-        tails = self._score_tails(requests, out) if needs_tail else {}
-        return _label_scores(requests, first_logits, tails, last)
-
-    def _score_flat(self, batch: list[Work], requests: list[ScoreRequest], reuse: bool) -> list[LabelScores]:
-        """One flattened pass: every request's tokens, and the tails of its multi-token labels as
-        segments continuing it (so full-likelihood labels cost no second pass)."""
-        segments = [Segment(w.row.prefix, w.row.prefix_len, w.row.tokens, w.row.prefix_len) for w in batch]
-        tails: list[tuple[int, int, int]] = []  # (request, label, segment)
-        for b, (work, request) in enumerate(zip(batch, requests)):
-            for k, label in enumerate(request.label_ids):
-                if len(label) > 1:
-                    tails.append((b, k, len(segments)))
-                    segments.append(Segment(work.row.prefix, work.row.prefix_len, label[:-1], work.row.prefix_len + len(work.row.tokens), parent=b))
-        out = self.run_segments(batch, segments, store=reuse)
-        lasts = torch.tensor([out.last(b, len(w.row.tokens)) for b, w in enumerate(batch)], device=self.device)
-        width = max(len(r.label_ids) for r in requests)
-        first = torch.zeros((len(batch), width), dtype=torch.long, device=self.device)
-        for b, r in enumerate(requests):
-            first[b, : len(r.label_ids)] = torch.tensor([label[0] for label in r.label_ids], device=self.device)
-        last = out.hidden[lasts]
-        first_logits = self.runner.label_logits(last, first)
-        tail_scores: dict[tuple[int, int], float] = {}
-        if tails:
-            positions = [out.offsets[s] + j for _, _, s in tails for j in range(len(segments[s].tokens))]
-            logprobs = torch.log_softmax(self.runner.logits(out.hidden[torch.tensor(positions, device=self.device)]), dim=-1)
-            row = 0
-            for b, k, s in tails:
-                targets = requests[b].label_ids[k][1:]
-                steps = torch.arange(row, row + len(targets), device=self.device)
-                tail_scores[(b, k)] = float(logprobs[steps, torch.tensor(targets, device=self.device)].double().sum())
-                row += len(targets)
-        return _label_scores(requests, first_logits, tail_scores, last)
-
-    def _score_tails(self, requests: list[ScoreRequest], out: BatchOutput) -> dict[tuple[int, int], float]:
-        """log P(label[1:] | prompt, label[0]) for labels longer than one token, from the batch cache."""
-        rows = [(b, k, label) for b, r in enumerate(requests) for k, label in enumerate(r.label_ids) if len(label) > 1]
-        slots = out.mask.shape[1]
-        tails: dict[tuple[int, int], float] = {}
-        for chunk in _chunks(rows, max(1, self.scheduler.max_cache_tokens // (slots + 8))):
-            sources = torch.tensor([b for b, _, _ in chunk], device=self.device)
-            cache = self.runner.select_cache(out.cache, sources)
-            width = max(len(label) - 1 for _, _, label in chunk)
-            ids = torch.full((len(chunk), width), self.runner.pad_id, dtype=torch.long, device=self.device)
-            mask = torch.cat([out.mask[sources], torch.zeros((len(chunk), width), dtype=torch.long, device=self.device)], 1)
-            positions = torch.zeros((len(chunk), width), dtype=torch.long, device=self.device)
-            for r, (b, _, label) in enumerate(chunk):
-                ids[r, : len(label) - 1] = torch.tensor(label[:-1], device=self.device)
-                mask[r, slots : slots + len(label) - 1] = 1
-                start = out.prefix_lengths[b] + out.lengths[b]
-                positions[r] = torch.arange(start, start + width, device=self.device)
-            hidden = self.runner.forward(ids, cache, attention_mask=mask, position_ids=positions)
-            real = sum(len(label) - 1 for _, _, label in chunk)
-            for b, _, label in chunk:
-                self.runner.count(len(label) - 1, out.prefix_lengths[b] + out.lengths[b])
-            self.stats.padding_tokens += len(chunk) * width - real
-            logprobs = torch.log_softmax(self.runner.logits(hidden), dim=-1)
-            for r, (b, k, label) in enumerate(chunk):
-                targets = torch.tensor(label[1:], device=self.device)
-                steps = torch.arange(len(label) - 1, device=self.device)
-                tails[(b, k)] = float(logprobs[r, steps, targets].double().sum())
-        return tails
-
     def _follow_load(self) -> None:
         """Between batches: the thread count follows the load beside the engine (CPU only)."""
         if self.threads is not None:
@@ -247,7 +169,7 @@ class HFEngine(EncodesPrompts):
                 for batch in self.scheduler.batches(window, room):
                     self._follow_load()
                     batch = [self.scheduler.refresh(w) for w in batch]
-                    generations = self._generate_batch(batch, [requests[w.index] for w in batch], reuse, speculative)
+                    generations = BatchDecode(self, batch, [requests[w.index] for w in batch], reuse, speculative).run()
                     for work, generation in zip(batch, generations):
                         results[work.index] = generation
                     self._release(batch)
@@ -264,97 +186,6 @@ class HFEngine(EncodesPrompts):
         out = reference.generate(requests, reuse=reuse, speculative=speculative)
         self.stats.add(reference.stats.since(before))
         return out
-
-    def _generate_batch(
-        self, batch: list[Work], requests: list[GenerateRequest], reuse: bool, speculative: bool
-    ) -> list[Generation]:
-        out = self.run_rows(batch, keep_cache=True, store=reuse)
-        cache, mask = out.cache, out.mask
-        rows = torch.arange(len(batch), device=self.device)
-        last = out.hidden[rows, torch.tensor(out.lengths, device=self.device) - 1]
-        first_logits = self.runner.logits(last)
-        next_tokens = torch.argmax(first_logits, dim=-1).tolist()
-        # Constrained rows (typed literals, JSON schemas): the most likely token that keeps the
-        # output valid, and a closing that fits the budget (aisql.engine.decoding.json_constraint).
-        constraints = [row_constraint(r.grammar, self.tokenizer, tuple(self.stop_ids)) if r.grammar else None for r in requests]
-        for constraint, request in zip(constraints, requests):
-            check_budget(constraint, request.max_tokens)
-        # Sampled rows (temperature > 0): each from its own seeded generator, never with drafts.
-        generators = [seeded_generator(r.seed if r.seed is not None else 0, self.device) if r.temperature > 0 else None for r in requests]
-        for b, request in enumerate(requests):
-            if generators[b] is not None:
-                next_tokens[b] = sample_token(first_logits[b], request.temperature, request.top_p, generators[b])
-        first_pending: dict[int, list[int]] = {}
-        for b, constraint in enumerate(constraints):
-            if constraint is not None:
-                first_pending[b] = constraint.next(first_logits[b], requests[b].max_tokens)
-
-        drafting = speculative and self.speculation is not None
-        outputs: list[list[int]] = [[] for _ in batch]
-        steps = [0] * len(batch)
-        finish: list[str | None] = [None] * len(batch)
-        indexes = [self.drafter(list(r.prompt_ids)) for r in requests] if drafting else None
-        decode_rows = [DecodeRow(-1, out.prefix_lengths[b] + out.lengths[b]) for b in range(len(batch))]
-        active = list(range(len(batch)))
-        pending = {b: first_pending.get(b, [next_tokens[b]]) for b in active}  # chosen tokens not yet emitted
-
-        while True:
-            # Emit the model's tokens, stopping rows at an end token or at max_tokens.
-            still = []
-            for b in active:
-                for token in pending[b]:
-                    steps[b] += 1
-                    if token in self.stop_ids or token == DEAD_END:
-                        finish[b] = "stop"
-                        break
-                    outputs[b].append(token)
-                    if len(outputs[b]) >= requests[b].max_tokens:
-                        finish[b] = "length"
-                        break
-                if finish[b] is None:
-                    still.append(b)
-                    decode_rows[b].feed = outputs[b][-1]
-                    if indexes:
-                        indexes[b].extend(pending[b])
-            if not still:
-                break
-            if len(still) != len(active):
-                keep = torch.tensor([active.index(b) for b in still], device=self.device)
-                cache.batch_select_indices(keep)
-                mask = mask[keep]
-            active = still
-            for b in active:
-                limit = requests[b].max_tokens - len(outputs[b]) - 1
-                decode_rows[b].draft = indexes[b].propose(limit) if indexes and generators[b] is None else []
-            step_rows = [decode_rows[b] for b in active]
-            step = decode_pass(self.runner, cache, mask, step_rows)
-            accepted = []
-            for row, b in enumerate(active):
-                if generators[b] is not None:
-                    request = requests[b]
-                    accepted.append(0)
-                    pending[b] = [sample_token(step.logits[row, 0], request.temperature, request.top_p, generators[b])]
-                    continue
-                if constraints[b] is not None:  # drafts verified under the constraint: lossless
-                    remaining = requests[b].max_tokens - len(outputs[b])
-                    pending[b], kept = constraints[b].verify(decode_rows[b].draft, step.logits[row], remaining)
-                else:
-                    pending[b], kept = greedy_accept(decode_rows[b].draft, step.logits[row])
-                accepted.append(kept)
-                if indexes:
-                    indexes[b].feedback(len(decode_rows[b].draft), kept)
-            settle(self.runner, self.stats, step, step_rows, accepted)
-            mask = step.mask
-        self.stats.generated_tokens += sum(steps)
-        return [
-            Generation(
-                token_ids=tuple(outputs[b]),
-                text=self.tokenizer.decode(outputs[b], skip_special_tokens=True).strip(),
-                finish_reason=finish[b] or "length",
-                steps=steps[b],
-            )
-            for b in range(len(batch))
-        ]
 
     # ---- serving: the calls the serving loop makes ----------------------------------------
     def cached_prefix_length(self, prompt: Sequence[int], salt: str | None = None) -> int:
@@ -477,11 +308,6 @@ class HFEngine(EncodesPrompts):
         self.stats.kv_cached_bytes = self.radix.used_bytes
 
 
-def _chunks(items: list, size: int):
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 def _stop_ids(model, tokenizer) -> frozenset[int]:
     ids: set[int] = set()
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -493,20 +319,3 @@ def _stop_ids(model, tokenizer) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _label_scores(
-    requests: Sequence[ScoreRequest], first_logits: torch.Tensor, tails: dict[tuple[int, int], float], last: torch.Tensor
-) -> list[LabelScores]:
-    """Each request's label log-likelihoods normalised over its labels: the first token's logit
-    plus the log-probability of the label's later tokens (`tails[(request, label)]`, 0 for a
-    one-token label), log-softmaxed in float64 — one rule for the padded and flattened passes.
-    `last`: the final hidden states the first logits were read from, returned (float32) to the
-    requests that keep them."""
-    states = last.float().cpu().numpy() if any(r.keep_state for r in requests) else None
-    scores = []
-    for b, r in enumerate(requests):
-        values = first_logits[b, : len(r.label_ids)].double().clone()
-        for k in range(len(r.label_ids)):
-            values[k] += tails.get((b, k), 0.0)
-        state = states[b].copy() if r.keep_state else None
-        scores.append(LabelScores(tuple(torch.log_softmax(values, dim=0).tolist()), state))
-    return scores

@@ -278,9 +278,6 @@ def load_hf_directory(
     auto` is measuring (once per model and CPU kind)."""
     import torch
 
-    from aisql.engine.backends.hf import HFEngine
-    from aisql.engine.decoding.speculative import SpeculationConfig
-
     device = _device(options.device)
     identity = identity or directory_fingerprint(directory)
     dtype_named = resolved_dtype_name(options, device.type, identity, lambda: directory, is_test=is_test, notify=notify)
@@ -309,8 +306,23 @@ def load_hf_directory(
         quantization=options.quantize,
         kernels=kernels,
     )
+    engine = _hf_engine(model, tokenizer, info, options, device)
+    if device.type == "cpu" and dtype_named in ("bfloat16", "float16") and not options.quantize:
+        engine.tie_confirmation = _tie_confirmation(directory, name, options, source, identity)
+    if not options.quantize:  # the shape of these weights, for planning later runs without torch
+        from aisql.engine.model.facts import remember_profile
+
+        remember_profile(directory, info.dtype, engine.runner.profile)
+    return engine
+
+
+def _hf_engine(model, tokenizer, info: ModelInfo, options: EngineOptions, device) -> Engine:
+    """The built-in engine over loaded weights, its batch sizes and KV budget per device."""
+    from aisql.engine.backends.hf import HFEngine
+    from aisql.engine.decoding.speculative import SpeculationConfig
+
     on_cuda = device.type == "cuda"
-    engine = HFEngine(
+    return HFEngine(
         model,
         tokenizer,
         info,
@@ -322,13 +334,6 @@ def load_hf_directory(
         eviction=options.kv_eviction,
         speculation=SpeculationConfig() if options.speculative else None,
     )
-    if device.type == "cpu" and dtype_named in ("bfloat16", "float16") and not options.quantize:
-        engine.tie_confirmation = _tie_confirmation(directory, name, options, source, identity)
-    if not options.quantize:  # the shape of these weights, for planning later runs without torch
-        from aisql.engine.model.facts import remember_profile
-
-        remember_profile(directory, info.dtype, engine.runner.profile)
-    return engine
 
 
 def _load_weights(directory: Path, name: str, dtype, device):

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 from aisql.engine.base import EngineStats
 from aisql.executor.options.budget import Budget
-from aisql.executor.options.checkpoints import DEFAULT_SECONDS
-from aisql.executor.options.option_rules import check_run_options
+from aisql.executor.options.run_options import BY_NAME, RunRequest, refuse_unknown
 from aisql.executor.report.progress import NoProgress, Progress
 from aisql.executor.report.run_stats import ANSWER_COUNTS, add_worker_counts
 from aisql.planner.approximation import Targets, call_targets
@@ -22,19 +21,31 @@ from aisql.planner.approximation import Targets, call_targets
 
 @dataclass
 class RunOptions:
-    """How a run evaluates prompts: checkpoints, context overflow, budget, progress."""
+    """How a run evaluates prompts: the user's options as given (`request`: every option declared
+    in aisql.executor.options.run_options, read here by its name — `options.checkpoint_every`)
+    and what the run built from them: its budget, progress, approximate-mode targets and models."""
 
-    checkpoint_every: int = 256  # commit answers after at most this many prompts...
-    checkpoint_seconds: float = DEFAULT_SECONDS  # ...or about this much model time, whichever comes first
-    on_overflow: str = "error"  # a prompt longer than the context: "error" | "truncate"
+    request: RunRequest = field(default_factory=RunRequest)
     budget: Budget | None = None
     progress: Progress = field(default_factory=NoProgress)
     approximate: "Targets | None" = None  # approximate mode for every AI.IF of the run (--approximate)
     embeddings: object | None = None  # the embedding model (a ModelSession): the cascade's proxy reads it
     proxies: object | None = None  # the run's ModelSession: chooses and loads a cascade's proxy LLM
 
-    def __post_init__(self) -> None:
-        check_run_options(checkpoint_every=self.checkpoint_every, checkpoint_seconds=self.checkpoint_seconds, on_overflow=self.on_overflow)
+    def __getattr__(self, name: str):
+        """A declared run option not built into a field above: the user's value (or its default)."""
+        if name in BY_NAME:
+            return getattr(self.request, name)
+        raise AttributeError(name)
+
+    @classmethod
+    def of(cls, **values) -> "RunOptions":
+        """Options from keywords: declared run options (checked when the request is built) and
+        this class's own fields (budget, progress, ...)."""
+        own = {f.name for f in dataclasses.fields(cls)} - {"request"}
+        refuse_unknown({k: v for k, v in values.items() if k not in own}, also=tuple(own))
+        request = RunRequest(**{k: v for k, v in values.items() if k not in own})
+        return cls(request, **{k: v for k, v in values.items() if k in own})
 
     def targets_for(self, call) -> "Targets | None":
         """The approximate-mode targets of a call: its own options, else the run's, else None (exact)."""

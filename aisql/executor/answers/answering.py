@@ -1,5 +1,6 @@
-"""The one answering path: distinct prompt texts of a task -> answers, through the result cache
-and the engine, committed in checkpoints.
+"""The LLM's answering path: distinct prompt texts of a task -> answers, through the result cache
+and the engine, committed in checkpoints (the embedding model's texts take their own path,
+aisql.executor.node.embedding_runtime, through the same checkpoint loop).
 
 `Answering` is built once per run and holds what every caller needs: the engine (loaded on first
 need), the lock that keeps one engine call at a time, the answer store, the model's fingerprint
@@ -11,8 +12,10 @@ Checkpoints: a crash, `kill -9` or Ctrl-C loses at most the chunk in flight: eve
 it is in the answer store, and a rerun asks the model only for what is not. A chunk holds about
 `checkpoint_seconds` of model time at the run's measured rate, and at most `checkpoint_every`
 prompts; the run's first chunk is small, as nothing is measured yet (aisql.executor.options.checkpoints).
-The budget is spent chunk by chunk, and progress is reported per chunk. The prefix KV cache outlives a chunk, so chunking costs no prefix reuse. An engine with a
-worker pool behind it (`Engine.pool`) is answered shard by shard instead (aisql.executor.cluster.sharded).
+The budget is spent chunk by chunk, and progress is reported per chunk
+(aisql.executor.answers.checkpointed). The prefix KV cache outlives a chunk, so chunking costs no
+prefix reuse. A session with a worker pool answers shard by shard instead (its `runner`,
+aisql.executor.cluster.sharded.PoolShards).
 """
 
 from __future__ import annotations
@@ -20,20 +23,64 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Protocol, Sequence, TypeVar
 
 from aisql.engine.base import Engine, EngineStats
 from aisql.executor.answers import aggregate
 from aisql.executor.store.answer_store import Answer, AnswerStore, in_memory, reader_of
 from aisql.executor.options.budget import BudgetExceeded
 from aisql.executor.answers.answer_types import AnswerCounts, RunOptions
+from aisql.executor.answers.checkpointed import Committed, ProgressLine, run_checkpointed
 from aisql.executor.options.checkpoints import ChunkSizer
 from aisql.executor.answers.evaluate import answer_prepared, prepare
-from aisql.executor.answers.request_kinds import Prepared
-from aisql.executor.answers.request_kinds import kind_of
+from aisql.executor.answers.request_kinds import Prepared, kind_of
 from aisql.functions import Task
 
 T = TypeVar("T")
+
+
+class PromptRunner(Protocol):
+    """How a run's prepared prompts reach its model: `LocalChunks` here, or shards over a
+    worker pool (aisql.executor.cluster.sharded.PoolShards) — chosen once per session."""
+
+    def evaluate(
+        self, answering: "Answering", task: Task, items: Sequence[Prepared], *, key: str, known: dict[str, Answer], line: ProgressLine
+    ) -> AnswerCounts: ...
+
+
+class LocalChunks:
+    """The engine in this process answers time-bounded chunks, each committed (the loop of
+    aisql.executor.answers.checkpointed)."""
+
+    def evaluate(
+        self, answering: "Answering", task: Task, items: Sequence[Prepared], *, key: str, known: dict[str, Answer], line: ProgressLine
+    ) -> AnswerCounts:
+        done = AnswerCounts()
+
+        def commit(chunk: Sequence[Prepared], result: tuple[dict[str, Answer], EngineStats]) -> Committed:
+            fresh, work = result
+            done.work = done.work + work
+            answering.store.put_many(key, fresh)
+            known.update(in_memory(task, fresh))
+            done.prompts_evaluated += len(fresh)
+            done.prompts_truncated += sum(1 for p in chunk if p.truncated)
+            return Committed(len(fresh), work.computed_tokens)
+
+        try:
+            run_checkpointed(
+                items,
+                lambda chunk: answering.measured(lambda engine: answer_prepared(engine, task, chunk)),
+                commit,
+                sizer=answering.chunks,
+                budget=answering.options.budget,
+                line=line,
+                weight=lambda prepared: len(prepared.ids),
+                clock=answering.clock,
+            )
+        except BudgetExceeded as stop:
+            stop.counts = done + stop.counts
+            raise
+        return done
 
 
 @dataclass
@@ -48,13 +95,16 @@ class Answering:
     clock: Callable[[], float] = time.perf_counter  # model time of a chunk (tests pass a clock of work done)
     pooled: Callable[[], bool] = lambda: False  # the model runs on a pool of workers: large nodes stream (aisql.executor.cluster.streaming)
     reads_states: Callable[[], bool] = lambda: False  # the engine returns hidden states (a probe can be fitted: aisql.functions.probe)
-    chunks: ChunkSizer = field(init=False)
+    runner: "PromptRunner" = field(default_factory=lambda: LocalChunks())  # chosen once, when the session builds it
+    chunks: ChunkSizer = field(init=False)  # the LLM's chunks (prompt tokens per second)
+    embedding_chunks: ChunkSizer = field(init=False)  # the embedding model's (characters per second)
     # Per task: the prompt texts some node of this run asked already. Two identical calls in one
     # SELECT share it, so the run counts their prompts once as unique (and never as "cached").
     seen_by_task: dict[str, set[str]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.chunks = ChunkSizer(self.options.checkpoint_every, self.options.checkpoint_seconds)
+        self.embedding_chunks = ChunkSizer(self.options.checkpoint_every, self.options.checkpoint_seconds)
 
     def seen(self, task: Task) -> set[str]:
         """The texts of `task` this run has asked (or looked up) so far, shared by its nodes."""
@@ -116,48 +166,13 @@ class Answering:
     def evaluate_checkpointed(
         self, task: Task, items: Sequence[Prepared], *, key: str, progress: tuple[str, str, int], known: dict[str, Answer]
     ) -> AnswerCounts:
-        """Answers of `items` (in their order) into `known` and the store, chunk by chunk (or shard
-        by shard on a worker pool). `progress` is (node id, description, prompts already answered
-        from the cache). A budget stop carries the counts of what was answered before it."""
+        """Answers of `items` (in their order) into `known` and the store, by the run's way of
+        answering (`runner`: chunks on this engine, or shards on a worker pool). `progress` is
+        (node id, description, prompts already answered from the cache). A budget stop carries
+        the counts of what was answered before it."""
         node_id, description, cached = progress
-        options = self.options
-        options.progress.start(node_id, description, len(items), cached)
-        done = AnswerCounts()
-        try:
-            with self.lock:
-                model = self.engine()
-            if model.pool is not None:  # shards over its workers
-                from aisql.executor.cluster.sharded import evaluate_sharded
-
-                return evaluate_sharded(self, model, task, items, key=key, known=known, node_id=node_id)
-            position = 0
-            while position < len(items):
-                size = self.chunks.next_size([len(p.ids) for p in items[position : position + options.checkpoint_every]])
-                chunk = items[position : position + size]
-                budget = options.budget
-                if budget is not None:
-                    chunk = chunk[: budget.allowed(len(chunk))]
-                    if not chunk:
-                        raise budget.stopped()
-                started = self.clock()
-                fresh, work = self.measured(lambda engine: answer_prepared(engine, task, chunk))
-                elapsed = self.clock() - started
-                done.work = done.work + work
-                self.store.put_many(key, fresh)  # the checkpoint: committed before the next chunk
-                known.update(in_memory(task, fresh))
-                done.prompts_evaluated += len(fresh)
-                done.prompts_truncated += sum(1 for p in chunk if p.truncated)
-                if budget is not None:
-                    budget.spend(len(fresh), elapsed)
-                options.progress.advance(node_id, len(fresh), work.computed_tokens)
-                position += len(chunk)
-                self.chunks.measured(sum(len(p.ids) for p in chunk), elapsed)
-        except BudgetExceeded as stop:
-            stop.counts = done + stop.counts  # the pool's own counts, when it stopped
-            raise
-        finally:
-            options.progress.finish(node_id)
-        return done
+        line = ProgressLine(self.options.progress, node_id, description, cached)
+        return self.runner.evaluate(self, task, items, key=key, known=known, line=line)
 
     def _answer_groups(self, counts: dict[str, int], task: Task, key: str, *, seen: set[str], progress) -> tuple[dict[str, Answer], AnswerCounts]:
         """Final answers of aggregate groups: the cache first; the rest reduced level by level, every

@@ -11,6 +11,7 @@ import numpy as np
 
 from aisql.executor.store.answer_store import Answer, accepting
 from aisql.executor.answers.answering import Answering
+from aisql.executor.answers.checkpointed import Committed, ProgressLine, run_checkpointed
 
 EMBEDDING_TASK = "embedding-v1"  # the store key's task part: every embedding function shares the vectors
 
@@ -51,19 +52,27 @@ def unit_vector(vector: Sequence[float]) -> np.ndarray:
     return row / norm if norm > 0 else row
 
 
-def vectors_for(texts: Sequence[str], embeddings: EmbeddingSource, answering: Answering) -> np.ndarray:
+def vectors_for(texts: Sequence[str], embeddings: EmbeddingSource, answering: Answering, line: ProgressLine | None = None) -> np.ndarray:
     """The embedding model's vectors of `texts` as a matrix (the result cache first, the rest
-    embedded in sorted chunks of the run's checkpoint_every, each committed): for callers other
-    than an embedding node (the approximate mode's proxy)."""
+    embedded in sorted texts through the run's checkpoint loop: time-bounded chunks, the run's
+    budget, each committed): for callers other than an embedding node (the approximate mode's
+    proxy, a join's embedding scores). `line`: where progress goes (none: silent)."""
     key = embedding_store_key(embeddings)
     store, lock = answering.store, answering.lock
-    chunk = max(1, answering.options.checkpoint_every)
     known = {t: a.value for t, a in store.get_many(key, list(texts), vector_check(embeddings)).items()}
     todo = sorted(t for t in set(texts) if t not in known)
-    for start in range(0, len(todo), chunk):
-        part = todo[start : start + chunk]
+
+    def embed(chunk: Sequence[str]):
         with lock:
-            vectors, lengths = embeddings.embedder().embed(part)
-        store.put_many(key, {t: Answer(value=v, cost=n) for t, v, n in zip(part, vectors, lengths)})
-        known.update(zip(part, vectors))
+            return embeddings.embedder().embed(list(chunk))
+
+    def commit(chunk: Sequence[str], result) -> Committed:
+        vectors, lengths = result
+        store.put_many(key, {t: Answer(value=v, cost=n) for t, v, n in zip(chunk, vectors, lengths)})
+        known.update(zip(chunk, vectors))
+        return Committed(len(chunk), sum(lengths))
+
+    run_checkpointed(
+        todo, embed, commit, sizer=answering.embedding_chunks, budget=answering.options.budget, line=line or ProgressLine.silent(), weight=len
+    )
     return np.asarray([known[t] for t in texts], dtype=np.float32)

@@ -21,9 +21,9 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-from aisql.extras import install_hint
 from aisql.engine.options import EngineOptions
 from aisql.errors import AisqlError, ModelError
+from aisql.ray_actors import actor_class, first_line, import_ray, start_local_runtime
 from aisql.executor.cluster.worker import WorkerInfo
 
 MAX_SHARD_DEATHS = 2
@@ -144,7 +144,7 @@ class WorkerPool:
         cluster has them (device auto), else CPUs. Returns the workers' engine options."""
         if self._ray is not None:
             return self.worker_options
-        ray = _import_ray()
+        ray = import_ray("running on several workers")
         if not ray.is_initialized():
             self._init_runtime(ray)
         self._ray = ray
@@ -169,7 +169,7 @@ class WorkerPool:
         ray = self._ray
         from aisql.executor.cluster.worker import EngineWorker
 
-        self._remote_class = ray.remote(max_restarts=0, max_task_retries=0)(EngineWorker)
+        self._remote_class = actor_class(ray, EngineWorker)
         self.slots = [_Slot(WorkerStats(f"w{i}")) for i in range(self._workers)]
         for slot in self.slots:
             self._launch(slot)
@@ -180,25 +180,19 @@ class WorkerPool:
         # Ray prints what workers and raylets say ("(raylet) A worker died ...") to the driver's
         # stdout: inside `--format csv > out.csv` data. Data goes to stdout only: their lines go
         # to stderr, or (where Ray's printer cannot be redirected) stay in the workers' logs.
-        kwargs = {"logging_level": logging.ERROR, "log_to_driver": _worker_logs_to_stderr()}
+        log_to_driver = _worker_logs_to_stderr()
         if self.options.address:
             try:
                 with warnings.catch_warnings():  # its timeout warning says what the error below says
                     warnings.simplefilter("ignore")
-                    ray.init(address=self.options.address, **kwargs)
+                    ray.init(address=self.options.address, logging_level=logging.ERROR, log_to_driver=log_to_driver)
             except Exception as err:  # Ray raises ConnectionError, ValueError, RuntimeError, ... here
                 raise AisqlError(
-                    f"cannot join the Ray cluster at {self.options.address}: {_first_line(err)}",
+                    f"cannot join the Ray cluster at {self.options.address}: {first_line(err)}",
                     hint="is it up (`ray status` on its head node)? Ray Client listens on ray://HEAD:10001",
                 ) from None
         else:
-            cpus = os.cpu_count() or 1
-            ray.init(
-                num_cpus=cpus,
-                include_dashboard=False,
-                object_store_memory=self.options.object_store_bytes,
-                **kwargs,
-            )
+            start_local_runtime(ray, self.options.object_store_bytes, log_to_driver)
         self._owns_runtime = True
 
     def _check_room(self, ray, gpus: int) -> None:
@@ -352,15 +346,7 @@ class WorkerPool:
         except self._ray.exceptions.RayTaskError as err:
             raise _cause(err, f"worker {slot.stats.name} could not load the model") from None
         except self._ray.exceptions.RayActorError as err:
-            raise ModelError(f"worker {slot.stats.name} could not start: {_first_line(err)}") from None
-
-
-def _import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise AisqlError("running on several workers needs Ray, which is not installed", hint=install_hint("ray")) from None
-    return ray
+            raise ModelError(f"worker {slot.stats.name} could not start: {first_line(err)}") from None
 
 
 def _cause(err, context: str | None = None) -> Exception:
@@ -370,13 +356,8 @@ def _cause(err, context: str | None = None) -> Exception:
         if context:
             cause.message = f"{context}: {cause.message}"
         return cause
-    text = _first_line(cause if cause is not None else err)
+    text = first_line(cause if cause is not None else err)
     return ModelError(f"{context + ': ' if context else 'a worker failed: '}{text}")
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[-1] if text else type(err).__name__
 
 
 def _host_port(spec: str) -> bool:

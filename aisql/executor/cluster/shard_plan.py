@@ -78,12 +78,12 @@ class ShardCutter:
     a home, and only then steals from the end of the longest queue of another's — so a prefix
     is computed again only when that evens out the tail."""
 
-    def __init__(self, groups: Iterable[Group], workers: int, max_prompts: int) -> None:
+    def __init__(self, groups: Iterable[Group], workers: int, shard_prompts: int) -> None:
         self._queues: dict[str | None, deque[Group]] = {}
         for group in groups:
             self._queues.setdefault(group.home, deque()).append(group)
         self.workers = max(1, workers)
-        self.max_prompts = max(1, max_prompts)
+        self.shard_prompts = max(1, shard_prompts)
         self.remaining = sum(g.weight for q in self._queues.values() for g in q)
 
     def __bool__(self) -> bool:
@@ -108,7 +108,7 @@ class ShardCutter:
         target = self.remaining / (TAIL_FACTOR * self.workers)
         shard = [take()]
         weight, prompts = shard[0].weight, shard[0].prompts
-        while queue and weight < target and prompts + peek().prompts <= self.max_prompts:
+        while queue and weight < target and prompts + peek().prompts <= self.shard_prompts:
             group = take()
             shard.append(group)
             weight += group.weight
@@ -171,7 +171,7 @@ class ShardPlan:
         }
 
 
-def simulate(groups: Sequence[Group], workers: int, max_prompts: int) -> ShardPlan:
+def simulate(groups: Sequence[Group], workers: int, shard_prompts: int) -> ShardPlan:
     """Run the cutter against `workers` equally fast workers, each taking the next shard when it
     is free: the shard plan and its makespan, in tokens."""
     workers = max(1, workers)
@@ -179,7 +179,7 @@ def simulate(groups: Sequence[Group], workers: int, max_prompts: int) -> ShardPl
     plan = ShardPlan(workers, len(groups), split_count(groups, workers))
     plan.worker_weight = [0.0] * workers
     plan.worker_prompts = [0] * workers
-    cutter = ShardCutter(pieces_, workers, max_prompts)
+    cutter = ShardCutter(pieces_, workers, shard_prompts)
     free = [(0.0, w) for w in range(workers)]
     heapq.heapify(free)
     while cutter:
@@ -208,10 +208,10 @@ def estimated_groups(sizes: Sequence[int], tokens: "TokenProfile", factor: float
     return groups
 
 
-def node_plan(groups: Sequence[Group], workers: int, max_prompts: int, single_engine_s: float | None) -> dict:
+def node_plan(groups: Sequence[Group], workers: int, shard_prompts: int, single_engine_s: float | None) -> dict:
     """`simulate` for explain: the plan's summary with its expected time and speedup, given the
     node's single-engine time estimate."""
-    plan = simulate(groups, workers, max_prompts)
+    plan = simulate(groups, workers, shard_prompts)
     data = plan.to_dict()
     total = plan.total_weight
     data["speedup"] = round(total / plan.makespan, 3) if plan.makespan else None

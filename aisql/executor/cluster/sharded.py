@@ -10,26 +10,36 @@ shards in flight never add up past --max-prompts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-from aisql.executor.answers.answer_types import AnswerCounts
-from aisql.executor.store.answer_store import Answer, in_memory
+from aisql.executor.answers.answer_types import AnswerCounts, RunOptions
+from aisql.executor.answers.checkpointed import Committed, ProgressLine, checkpoint_done, reporting
+from aisql.executor.store.answer_store import Answer, AnswerStore, in_memory
 from aisql.executor.cluster.engine import ClusterEngine
 from aisql.executor.cluster.shard_plan import Group, ShardCutter
 from aisql.executor.cluster.shards import prefix_groups
 from aisql.executor.answers.request_kinds import Prepared
 from aisql.functions import Task
 
-if TYPE_CHECKING:
-    from aisql.executor.answers.answering import Answering
+
+
+class PoolShards:
+    """A session's prompts answered on its worker pool, shard by shard (the `runner` the session
+    gives its aisql.executor.answers.answering.Answering when it has a cluster)."""
+
+    def evaluate(self, answering, task: Task, items: Sequence[Prepared], *, key: str, known: dict[str, Answer], line: ProgressLine) -> AnswerCounts:
+        with reporting(line, len(items)):
+            with answering.lock:
+                cluster = answering.engine()
+            return evaluate_sharded(answering.store, answering.options, cluster, task, items, key=key, known=known, line=line)
 
 
 def evaluate_sharded(
-    answering: "Answering", cluster: ClusterEngine, task: Task, items: Sequence[Prepared], *, key: str, known: dict[str, Answer], node_id: str
+    store: AnswerStore, options: RunOptions, cluster: ClusterEngine, task: Task, items: Sequence[Prepared], *, key: str, known: dict[str, Answer], line: ProgressLine
 ) -> AnswerCounts:
     """Answers of `items` into `known` and the run's store; returns the counts (per worker too),
     which a budget stop carries."""
-    store, options, counts = answering.store, answering.options, AnswerCounts()
+    counts = AnswerCounts()
     groups = prefix_groups(items, task, cluster.workers, cluster.ledger)
     cutter = ShardCutter(groups, cluster.workers, options.checkpoint_every)
     budget = ShardBudget(options.budget, cutter)
@@ -50,7 +60,7 @@ def evaluate_sharded(
         cluster.absorb(result.work)
         budget.spent(count, result.busy_s)
         add_shard_counts(counts, worker, count, result)
-        options.progress.advance(node_id, count, result.work.computed_tokens)
+        checkpoint_done(None, line, Committed(count, result.work.computed_tokens), result.busy_s)  # the budget: ShardBudget.spent
 
     cluster.pool.run_shards(task, next_shard, budget.put_back, on_result)
     budget.raise_if_stopped(counts)

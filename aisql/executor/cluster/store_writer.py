@@ -161,8 +161,6 @@ def _serve(path: str, pipe) -> None:
     them and ends when the driver closes the pipe, having committed everything sent."""
     import signal
 
-    from aisql.executor.store.cache import entry_key
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
@@ -171,10 +169,7 @@ def _serve(path: str, pipe) -> None:
     except CacheError as err:
         pipe.send(("error", err.message, err.hint))
         return
-    key, read = "", None
-    pending: dict[int, bytes] = {}  # id -> entry key of a text looked up and not found
-    next_id = 0
-    committed = 0
+    served = _Served(store)
     ended = False
     while not ended:
         try:
@@ -187,39 +182,62 @@ def _serve(path: str, pipe) -> None:
             except EOFError:
                 ended = True
                 break
-        batch: list[tuple[bytes, Answer]] = []
-        replies = []
         try:
-            for message in messages:
-                kind = message[0]
-                if kind == "put":
-                    batch += zip(map(pending.pop, message[1]), message[2].answers())
-                elif kind == "get":
-                    texts = message[1]
-                    keys = [entry_key(key, t) for t in texts]
-                    before = store.unreadable_entries
-                    found = store.get_by_keys(keys, read, warn=False)
-                    for i, k in enumerate(keys):
-                        if i not in found:
-                            pending[next_id + i] = k
-                    next_id += len(texts)
-                    rows = [(i, a.value, a.cost, a.score, a.p_yes) for i, a in found.items()]
-                    replies.append(("found", rows, store.unreadable_entries - before))
-                elif kind == "task":
-                    key, read = message[1], reader_of(message[2])
-                elif kind == "flush":
-                    replies.append(None)  # answered once this batch is committed
-                elif kind == "stop":
-                    ended = True
-            if batch:
-                store.put_by_keys(key, batch)
-                committed += len(batch)
+            replies, stop = served.handle(messages)
         except CacheError as err:
             pipe.send(("error", err.message, err.hint))
             return
+        ended = ended or stop
         for reply in replies:
-            pipe.send(("flushed", committed) if reply is None else reply)
+            pipe.send(("flushed", served.committed) if reply is None else reply)
     store.close()
+
+
+class _Served:
+    """The store process's state between batches of messages: the task asked about, the keys of
+    texts looked up and not found (their answers arrive as puts, by id), what was committed."""
+
+    def __init__(self, store: SqliteAnswerStore) -> None:
+        self.store = store
+        self.key, self.read = "", None
+        self.pending: dict[int, bytes] = {}  # id -> entry key of a text looked up and not found
+        self.next_id = 0
+        self.committed = 0
+
+    def handle(self, messages: list) -> tuple[list, bool]:
+        """One batch of messages: its puts committed in one transaction, its replies (None: a
+        flush, answered with the count once committed), and whether a stop came."""
+        from aisql.executor.store.cache import entry_key
+
+        batch: list[tuple[bytes, Answer]] = []
+        replies, stop = [], False
+        for message in messages:
+            kind = message[0]
+            if kind == "put":
+                batch += zip(map(self.pending.pop, message[1]), message[2].answers())
+            elif kind == "get":
+                keys = [entry_key(self.key, t) for t in message[1]]
+                replies.append(self._found(keys))
+            elif kind == "task":
+                self.key, self.read = message[1], reader_of(message[2])
+            elif kind == "flush":
+                replies.append(None)  # answered once this batch is committed
+            elif kind == "stop":
+                stop = True
+        if batch:
+            self.store.put_by_keys(self.key, batch)
+            self.committed += len(batch)
+        return replies, stop
+
+    def _found(self, keys: list[bytes]) -> tuple:
+        before = self.store.unreadable_entries
+        found = self.store.get_by_keys(keys, self.read, warn=False)
+        for i, k in enumerate(keys):
+            if i not in found:
+                self.pending[self.next_id + i] = k
+        self.next_id += len(keys)
+        rows = [(i, a.value, a.cost, a.score, a.p_yes) for i, a in found.items()]
+        return ("found", rows, self.store.unreadable_entries - before)
 
 
 if __name__ == "__main__":

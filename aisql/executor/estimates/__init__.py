@@ -1,1 +1,1 @@
-"""What a run measures before and while it plans: selectivity samples, throughput, statistics, explain."""
+"""What a run measures before and while it plans: selectivity samples, throughput, statistics."""

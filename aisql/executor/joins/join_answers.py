@@ -7,23 +7,43 @@ counts, cache keys and errors they share."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
 from aisql.errors import AisqlError
 from aisql.executor.joins import join_rewrite
 from aisql.executor.answers.prompts import PromptSet
+from aisql.executor.report.run_stats import NodeStats
+from aisql.functions import Task
 from aisql.planner.plan import NodeRole
 
-if TYPE_CHECKING:
-    from aisql.executor.node.node_runtime import NodeRuntime
+
+class JoinNode(Protocol):
+    """What a join's (and approximate mode's) answers need of their AI node — its call, task,
+    counts, answering path and answers — and nothing else of the node runtime
+    (aisql.executor.node.node_runtime), which this module therefore never imports."""
+
+    node: Any  # aisql.planner.plan.AINode
+    call: Any  # aisql.sql.calls.AICall
+    task: Task
+    stats: NodeStats
+    options: Any  # aisql.executor.answers.answer_types.RunOptions
+    answering: Any  # aisql.executor.answers.answering.Answering
+    examples: Any  # aisql.executor.node.decisions.Examples | None
+    values: dict[tuple, Any]
+
+    @property
+    def engine(self) -> Any: ...
+    def answer(self, prompts: PromptSet) -> None: ...
+    def oracle(self, prompts: PromptSet) -> Callable[[list[str]], dict]: ...
+    def located(self, err: AisqlError) -> AisqlError: ...
 
 
 class JoinAnswers:
     """One AI join node's rewritten strategies (approximate mode, opt-in)."""
 
-    def __init__(self, runtime: NodeRuntime) -> None:
+    def __init__(self, runtime: JoinNode) -> None:
         self.rt = runtime
         self._listing = None  # (AI.CLASSIFY task, one prompt per row): built once, read by the checks and the pass
         self.labels_note: str | None = None  # why labelled pairs did not judge the strategies
@@ -99,7 +119,7 @@ class JoinAnswers:
             rewrite["embedded_texts"] = len(pairs.rows) + len(pairs.candidates)
             proxy = f"embeddings: {len(pairs.rows):,} + {len(pairs.candidates):,} texts"
             score_of = dict(zip(pairs.texts, scores.tolist()))
-            oracle, asked = self.rt._oracle(prompts), {}
+            oracle, asked = self.rt.oracle(prompts), {}
 
             def ask_llm(texts: list[str]) -> dict:
                 answered = oracle(texts)
@@ -114,7 +134,7 @@ class JoinAnswers:
                 sampling=targets.sampling,
             )
         except AisqlError as err:
-            raise self.rt._located(err) from None
+            raise self.rt.located(err) from None
         for values, text in prompts.text_of.items():
             self.rt.values[values] = answers[text]
         auc = agreement(score_of, asked)  # how well the score ranks the model's own answers, where it answered
@@ -144,7 +164,7 @@ class JoinAnswers:
             picked = join_rewrite.above_uniform_matches(pairs, scores)
             in_check = np.isin(pairs.row_of, rows)
             checked = [pairs.texts[i] for i in np.flatnonzero(in_check)]
-            oracle = self.rt._oracle(prompts)
+            oracle = self.rt.oracle(prompts)
             answers = dict(oracle(checked))
             labelled = [i for i in np.flatnonzero(in_check) if answers[pairs.texts[i]] is not None]
             result = join_rewrite.check(picked[labelled], [bool(answers[pairs.texts[i]]) for i in labelled], targets)
@@ -163,7 +183,7 @@ class JoinAnswers:
                 answers.update(oracle([t for t in pairs.texts if t not in answers]))
                 report.llm_rows = pairs.pairs
         except AisqlError as err:
-            raise self.rt._located(err) from None
+            raise self.rt.located(err) from None
         for values, text in prompts.text_of.items():
             self.rt.values[values] = answers[text]
         report.estimated_recall, report.estimated_precision = result.recall, result.precision
@@ -241,9 +261,9 @@ class JoinAnswers:
                 picked = join_rewrite.above_uniform_matches(pairs, scores)
                 answers = {text: bool(p) for text, p in zip(pairs.texts, picked)}
             else:
-                answers = self.rt._oracle(prompts)(list(pairs.texts))
+                answers = self.rt.oracle(prompts)(list(pairs.texts))
         except AisqlError as err:
-            raise self.rt._located(err) from None
+            raise self.rt.located(err) from None
         for values, text in prompts.text_of.items():
             self.rt.values[values] = answers[text]
         self.rt.stats.join = {"strategy": strategy, "why": judged["why"], "against": "labels", "verdict": verdict, **judged}

@@ -17,6 +17,7 @@ import duckdb
 import numpy as np
 
 from aisql.executor.answers.answering import Answering
+from aisql.executor.answers.checkpointed import Committed, ProgressLine, run_checkpointed
 from aisql.executor.store.answer_store import Answer
 from aisql.executor.answers.embedding_vectors import EmbeddingSource, embedding_store_key, unit_vector, vector_check
 from aisql.executor.node.node_runtime import NodeRuntime
@@ -67,7 +68,7 @@ class EmbeddingRuntime(NodeRuntime):
             )
             rows = con.sql(f"SELECT v, sum(n)::BIGINT FROM ({sides}) GROUP BY v").fetchall()
             return {text: int(count) for text, count in rows}
-        return dict(self._input_prompts(con).counts)  # the rendered texts, as every node lists them
+        return dict(self.input_prompts(con).counts)  # the rendered texts, as every node lists them
 
     def _ensure(self, usage: dict[str, int]) -> None:
         """Vectors for every text of `usage` (text -> rows using it): the cache, then the model."""
@@ -81,33 +82,7 @@ class EmbeddingRuntime(NodeRuntime):
         stats.prompts_cached += sum(1 for t in new if t in known)
         todo = sorted(t for t in wanted if t not in known)
         if todo:
-            embedder = self.embeddings.embedder()
-            size = max(1, self.options.checkpoint_every)
-            self.options.progress.start(self.node.id, self.call.describe(), len(todo), len(wanted) - len(todo))
-            try:
-                for start in range(0, len(todo), size):
-                    chunk = todo[start : start + size]
-                    budget = self.options.budget
-                    if budget is not None:
-                        chunk = chunk[: budget.allowed(len(chunk))]
-                        if not chunk:
-                            raise budget.stopped()
-                    began = time.perf_counter()
-                    with self.lock:
-                        cut = embedder.texts_truncated
-                        vectors, lengths = embedder.embed(chunk)
-                        stats.prompts_truncated += embedder.texts_truncated - cut
-                    fresh = {t: Answer(value=v, cost=n) for t, v, n in zip(chunk, vectors, lengths)}
-                    self.store.put_many(self.store_key, fresh)  # the checkpoint
-                    known.update(fresh)
-                    stats.prompts_evaluated += len(fresh)
-                    stats.computed_tokens += sum(lengths)
-                    stats.forward_passes += -(-len(chunk) // 64)
-                    if budget is not None:
-                        budget.spend(len(fresh), time.perf_counter() - began)
-                    self.options.progress.advance(self.node.id, len(fresh), sum(lengths))
-            finally:
-                self.options.progress.finish(self.node.id)
+            self._embed(todo, known, cached=len(wanted) - len(todo))
         for text in wanted:
             self._keep(text, known[text].value)
         for text, count in usage.items():
@@ -115,6 +90,32 @@ class EmbeddingRuntime(NodeRuntime):
             stats.logical_tokens += count * cost
         for text in wanted:
             self._cost[text] = known[text].cost
+
+    def _embed(self, todo: list[str], known: dict[str, Answer], cached: int) -> None:
+        """Vectors of `todo` (sorted texts) into `known` and the store, through the run's checkpoint
+        loop (aisql.executor.answers.checkpointed): time-bounded chunks, the budget asked before
+        each, each committed."""
+        stats, embedder = self.stats, self.embeddings.embedder()
+
+        def embed(chunk: Sequence[str]):
+            with self.lock:
+                cut = embedder.texts_truncated
+                vectors, lengths = embedder.embed(list(chunk))
+                stats.prompts_truncated += embedder.texts_truncated - cut
+            return vectors, lengths
+
+        def commit(chunk: Sequence[str], result) -> Committed:
+            vectors, lengths = result
+            fresh = {t: Answer(value=v, cost=n) for t, v, n in zip(chunk, vectors, lengths)}
+            self.store.put_many(self.store_key, fresh)
+            known.update(fresh)
+            stats.prompts_evaluated += len(fresh)
+            stats.computed_tokens += sum(lengths)
+            stats.forward_passes += -(-len(chunk) // 64)
+            return Committed(len(fresh), sum(lengths))
+
+        line = ProgressLine(self.options.progress, self.node.id, self.call.describe(), cached)
+        run_checkpointed(todo, embed, commit, sizer=self.answering.embedding_chunks, budget=self.options.budget, line=line, weight=len)
 
     def _keep(self, text: str, vector: list[float]) -> None:
         if text in self.index:

@@ -20,12 +20,13 @@ import pyarrow as pa
 from aisql.engine.base import Engine
 from aisql.errors import AisqlError
 from aisql.executor.node import decisions
-from aisql.executor.store.answer_index import MISSING, AnswerIndex, digest
 from aisql.executor.store.answer_store import Answer
 from aisql.executor.answers.answering import Answering
 from aisql.executor.options.budget import BudgetExceeded
 from aisql.executor.answers.evaluate import evaluate
-from aisql.executor.joins.join_answers import JoinAnswers
+from aisql.executor.node.approximate_node import answer_approximately
+from aisql.executor.node.decision_rule import DecisionRule
+from aisql.executor.node.streamed_answers import StreamedAnswers, streamed_size
 from aisql.executor.answers.prompts import PromptSet
 from aisql.executor.answers.request_kinds import kind_of
 from aisql.executor.report.run_stats import NodeStats
@@ -46,12 +47,9 @@ class NodeRuntime:
         self.signal_counted: set[str] = set()  # distinct texts whose confidence is in the stats
         # Stopped early (LIMIT): tuples never asked answer NULL, which no predicate keeps.
         self.closed = False
-        self.index: AnswerIndex | None = None  # a streamed node's answers, by prompt digest
-        # Batch calibration (opt-in): each distinct text's label log-probabilities, until the
-        # node's rule is fitted on them after its prefetch (aisql.executor.node.decisions).
-        self._batch: dict[str, Any] | None = None
-        self._values_array: pa.Array | None = None  # index.values as Arrow (lookup_hashed)
+        self.streamed: StreamedAnswers | None = None  # a streamed node's answers, by prompt digest
         self.examples: decisions.Examples | None = None  # its labelled examples, once its rule is chosen from them
+        self.rule = DecisionRule(self)  # its decision rule: set before its prompts, or fitted on its batch
         self.stats = NodeStats(node=node.id, function=node.call.describe(), strategy=node.strategy.value)
         if self.call.function.decides:
             self.stats.labels = list(self.task.labels)
@@ -60,90 +58,17 @@ class NodeRuntime:
         """(DuckDB type, Arrow type) of the node's answers."""
         return self.call.function.result_type(self.call.options)
 
-    # ---- the decision rule ------------------------------------------------------------------
+    # ---- the decision rule (aisql.executor.node.decision_rule) --------------------------------
     @property
     def calibrates_on_its_batch(self) -> bool:
         """Batch calibration: the node's rule needs all its distinct prompts' answers first."""
-        return decisions.source_of(self.call) == "batch"
+        return self.rule.on_its_batch
 
     def prepare_decision(self, con: duckdb.DuckDBPyConnection, naive: bool) -> None:
-        """Set the node's rule before its prompts are answered: its labelled examples or its
-        content-free inputs asked first (cached, planned; one prompt per call when naive); a
-        batch calibration waits for the node's answers (naive: its input asked row by row first)."""
-        source = decisions.source_of(self.call)
-        if source is None:
-            return
-        started = time.perf_counter()
-        ask = self._ask_naive if naive else self._ask_planned
-        try:
-            if source == "batch" and self.options.targets_for(self.call) is not None:
-                raise AisqlError("calibration 'batch' cannot be combined with approximate mode", hint="use 'content_free' or examples")
-            if source == "examples":
-                rule, report, self.examples = decisions.example_rule(con, self.call, self.task, ask, reads_states=self.answering.reads_states())
-            elif source == "content_free":
-                rule, report = decisions.content_free_rule(self.call, self.task, ask)
-            elif naive:
-                texts = list(self._input_prompts(con).counts)
-                answers = ask(dataclasses.replace(self.task, decision=decisions.PENDING["batch"]), texts)
-                rule, report = decisions.batch_rule(self.call, self.task, [answers[t].logprobs for t in texts])
-            else:
-                rule, report = decisions.PENDING["batch"], {}
-                self._batch = {}
-        except duckdb.Error as err:
-            raise self._located(AisqlError(f"calibration 'batch': the node's input cannot be read ({str(err).splitlines()[0]})")) from None
-        except AisqlError as err:
-            raise self._located(err) from None
-        self.task = dataclasses.replace(self.task, decision=rule)
-        self.stats.decision = {"source": source, **(self.stats.decision or {}), **report}
-        self.stats.wall_s += time.perf_counter() - started
+        self.rule.prepare(con, naive)
 
     def batch_needs_input(self, why: str) -> AisqlError:
-        return self._located(
-            AisqlError(f"calibration 'batch' needs the call's input rows before the query runs, and {why}", hint="use 'content_free' or examples")
-        )
-
-    def _ask_planned(self, task: Task, texts: list[str]) -> dict[str, Answer]:
-        """Answers to the texts the rule is made from, through the answering path."""
-        source = task.decision.source
-        known, counts = self.answering.answer_texts(
-            {t: 1 for t in texts},
-            task,
-            seen=set(),
-            progress=(f"{self.node.id}-{source}", f"{self.call.describe()} [{source.replace('_', '-')}]"),
-            fixed_text=self.fixed_text(),
-        )
-        self._count_rule_prompts(counts.prompts_evaluated, counts.prompts_cached, counts.logical_tokens, counts.work)
-        return {t: known[t] for t in texts}
-
-    def _ask_naive(self, task: Task, texts: list[str]) -> dict[str, Answer]:
-        """The same, one text per engine call, nothing reused or stored (naive mode)."""
-        out = {}
-        for text in texts:
-            answers, work = self.answering.measured(lambda engine: evaluate(engine, task, [text], naive=True, on_overflow=self.options.on_overflow))
-            out[text] = answers[text]
-            self._count_rule_prompts(1, 0, answers[text].cost, work)
-        return out
-
-    def _count_rule_prompts(self, evaluated: int, cached: int, logical: int, work) -> None:
-        """Prompts asked to make the node's rule: in the node's work (naive execution asks them too)."""
-        report = self.stats.decision = self.stats.decision or {}
-        report["prompts_evaluated"] = report.get("prompts_evaluated", 0) + evaluated
-        report["prompts_cached"] = report.get("prompts_cached", 0) + cached
-        self.stats.logical_tokens += logical
-        self.stats.add_engine(work)
-
-    def _fit_batch(self, prompts: PromptSet) -> None:
-        """Batch calibration after the prefetch: the rule from the node's distinct prompts, the
-        values decided again by it, and the signal counted on those values."""
-        answers, self._batch = self._batch, None
-        rule, report = decisions.batch_rule(self.call, self.task, list(answers.values()))
-        self.task = dataclasses.replace(self.task, decision=rule)
-        self.stats.decision.update(report)
-        function = self.call.function
-        decided = {text: function.value_from_scores(self.task, lp) for text, lp in answers.items()}
-        for values, text in prompts.text_of.items():
-            self.values[values] = decided[text]
-        self._count_signal((text, Answer(decided[text], 0, p_yes=function.p_yes(lp), logprobs=tuple(lp))) for text, lp in answers.items())
+        return self.rule.needs_input(why)
 
     # ---- planned --------------------------------------------------------------------------
     def prefetch(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -153,102 +78,38 @@ class NodeRuntime:
         if total is not None:
             return self.prefetch_streamed(con, total)
         started = time.perf_counter()
-        prompts = self._input_prompts(con)
+        prompts = self.input_prompts(con)
         self.stats.rows_in += prompts.rows_in
         targets = self.options.targets_for(self.call)
         if targets is not None:
-            self._answer_approximately(prompts, targets)
+            answer_approximately(self, prompts, targets)
         else:
-            self._answer(prompts)
-        if self._batch is not None:
-            self._fit_batch(prompts)
+            self.answer(prompts)
+        self.rule.fit_batch(prompts)
         self.stats.wall_s += time.perf_counter() - started
 
     def streamed_size(self, con: duckdb.DuckDBPyConnection) -> int | None:
-        """The node's distinct tuples when its prefetch streams through the worker pool (bounded
-        driver memory, no encoding on the driver), else None: on a pool, for exact per-prompt
-        tasks of at least STREAM_AT tuples. Smaller nodes take the sharded path, whose driver
-        encodes every prompt and so counts the prefix work a split repeats exactly."""
-        from aisql.executor.cluster import streamed_input
-
-        if not self.answering.pooled() or kind_of(self.task).groups or self.options.targets_for(self.call) is not None:
-            return None
-        if self.calibrates_on_its_batch:  # its rule is fitted on every answer: the sharded path keeps them
-            return None
-        total = streamed_input.count_input(con, self.node.input_sql, self.call.arity)
-        return total if streamed_input.streams(total) else None
+        """The node's distinct tuples when its prefetch streams through the worker pool, else None
+        (aisql.executor.node.streamed_answers)."""
+        return streamed_size(self, con)
 
     def prefetch_streamed(self, con: duckdb.DuckDBPyConnection, total: int) -> None:
-        """prefetch, streamed: the input read a slice at a time in anchor order, answers kept by
-        digest (aisql.executor.cluster.streaming). `total`: its distinct tuples."""
-        from aisql.executor.cluster.streamed_input import SliceCounts, leading_args, stream_groups
-        from aisql.executor.cluster.streaming import StreamedNode
-
-        started = time.perf_counter()
-        self.stats.strategy = "prefetch-sliced"  # said in --stats-json: this node streamed in slices through the pool
-        read = SliceCounts()
-        lead = leading_args(self.call.template, self.node.anchor_args)
-        slices = stream_groups(con, self.node.input_sql, self.call.template, self.call.arity, lead, read, total=total)
-        self.index = AnswerIndex()
-        node_id, description = self.node.id, self.call.describe()
-
-        def cluster():
-            with self.answering.lock:
-                return self.answering.engine()
-
-        self.options.progress.start(node_id, description, total, 0)
-        try:
-            streamed = StreamedNode(
-                self.answering, self.task, slices, key=self.answering.key(self.task), node_id=node_id, index=self.index, on_answers=self._count_columns
-            )
-            counts = streamed.run(cluster)
-        except BudgetExceeded:
-            raise
-        except AisqlError as err:
-            raise self._located(err) from None
-        finally:
-            self.options.progress.finish(node_id)
-            self.stats.rows_in += read.rows_in
-        self.index.seal_tuples()
-        self.stats.add(counts)
-        self.stats.wall_s += time.perf_counter() - started
+        """prefetch, streamed: answers kept by digest (aisql.executor.node.streamed_answers)."""
+        self.streamed = StreamedAnswers(self)
+        self.streamed.prefetch(con, total)
 
     @property
     def looks_up_by_hash(self) -> bool:
         """The final query passes the tuple's DuckDB hash (aisql.executor.node.tuple_hashes): a
         streamed node whose tuples' hashes are all distinct."""
-        index = self.index
-        return isinstance(index, AnswerIndex) and self.call.arity > 0 and index.sealed and not index.tuples_collided
+        return self.streamed is not None and self.streamed.looks_up_by_hash
 
     def lookup_hashed(self, arrays: Sequence[pa.Array], hashes: np.ndarray, arrow_type) -> pa.Array:
-        """lookup for a streamed node, by the tuples' hashes: one vectorised search; a NULL
-        argument answers NULL, and a tuple the prefetch did not see is rendered and asked
-        (_lookup_indexed)."""
+        """lookup for a streamed node, by the tuples' hashes."""
         started = time.perf_counter()
-        codes = self.index.codes_by_hash(hashes)
-        nulls = np.zeros(len(codes), dtype=bool)
-        for array in arrays:
-            if array.null_count:
-                nulls |= array.is_null().to_numpy(zero_copy_only=False)
-        codes[nulls] = -1
-        values = self._answer_values(arrow_type)
-        out = values.take(pa.array(codes, mask=codes < 0))
-        unseen = np.flatnonzero((codes < 0) & ~nulls)
-        if len(unseen):
-            rows = list(zip(*[array.take(pa.array(unseen)).to_pylist() for array in arrays]))
-            filled = out.to_pylist()
-            for i, value in zip(unseen.tolist(), self._lookup_indexed(rows)):
-                filled[i] = value
-            out = pa.array(filled, type=arrow_type)
+        out = self.streamed.lookup_hashed(arrays, hashes, arrow_type)
         self.stats.wall_s += time.perf_counter() - started
         return out
-
-    def _answer_values(self, arrow_type) -> pa.Array:
-        """The streamed node's answer values by code, as one Arrow array (built once)."""
-        values = self.index.values
-        if self._values_array is None or len(self._values_array) != len(values):
-            self._values_array = pa.array(values, type=arrow_type)
-        return self._values_array
 
     def prefetch_until(self, con: duckdb.DuckDBPyConnection, enough: Callable[[], bool], first_chunk: int) -> None:
         """Evaluate the input in growing chunks (first_chunk distinct prompts, then doubling) in a
@@ -256,7 +117,7 @@ class NodeRuntime:
         NULL — says the query has its rows. Then the node stays closed: what was not asked is
         never asked."""
         started = time.perf_counter()
-        prompts = self._input_prompts(con)
+        prompts = self.input_prompts(con)
         texts = sorted(prompts.counts)
         self.stats.rows_in += prompts.rows_in - sum(prompts.counts.values())  # NULL rows: answered without asking
         position, size = 0, max(1, first_chunk)
@@ -265,7 +126,7 @@ class NodeRuntime:
             position += size
             size *= 2
             self.stats.rows_in += chunk.rows_in
-            self._answer(chunk)
+            self.answer(chunk)
             if position < len(texts):
                 self.closed = True
                 if enough():
@@ -274,7 +135,7 @@ class NodeRuntime:
                 self.closed = False
         self.stats.wall_s += time.perf_counter() - started
 
-    def _input_prompts(self, con: duckdb.DuckDBPyConnection) -> PromptSet:
+    def input_prompts(self, con: duckdb.DuckDBPyConnection) -> PromptSet:
         """The node's input relation (distinct argument tuples with their row counts) as prompts."""
         table = con.sql(self.node.input_sql).to_arrow_table()
         columns = [table.column(i).to_pylist() for i in range(self.call.arity)]
@@ -294,8 +155,8 @@ class NodeRuntime:
         """Values for one vector of argument tuples; evaluates the ones not answered yet."""
         started = time.perf_counter()
         rows = list(zip(*columns))
-        if self.index is not None:
-            out = self._lookup_indexed(rows)
+        if self.streamed is not None:
+            out = self.streamed.lookup(rows)
             self.stats.wall_s += time.perf_counter() - started
             return out
         missing = PromptSet(self.call.template)
@@ -308,32 +169,12 @@ class NodeRuntime:
             self.stats.rows_in += missing.rows_in
             if not streaming:
                 self.stats.prompts_late += len(missing.counts)
-            self._answer(missing)
+            self.answer(missing)
         out = [None if any(v is None for v in values) else self.values.get(values) for values in rows]
         self.stats.wall_s += time.perf_counter() - started
         return out
 
-    def _lookup_indexed(self, rows: list[tuple]) -> list:
-        """lookup for a streamed node by text: each row's text rendered again and found by its
-        digest (the rows lookup_hashed does not know, or every row after a hash collision); a
-        tuple the prefetch did not see is asked now, as lookup asks it."""
-        render = self.call.template.render
-        texts = [None if None in values else render(values) for values in rows]
-        found = self.index.get_many([digest(t) for t in texts if t is not None])
-        answers = iter(found)
-        values_of = [None if t is None else next(answers) for t in texts]
-        missing = PromptSet(self.call.template)
-        if not self.closed:
-            for values, value in zip(rows, values_of):
-                if value is MISSING and values not in self.values and not any(v is None for v in values):
-                    missing.add(values)
-        if missing.rows_in:
-            self.stats.rows_in += missing.rows_in
-            self.stats.prompts_late += len(missing.counts)
-            self._answer(missing)
-        return [None if value is None else (self.values.get(values) if value is MISSING else value) for values, value in zip(rows, values_of)]
-
-    def _answer(self, prompts: PromptSet) -> None:
+    def answer(self, prompts: PromptSet) -> None:
         """Fill self.values for every tuple of `prompts`, asking the model only for new texts."""
         try:
             known, counts = self.answering.answer_texts(
@@ -348,15 +189,14 @@ class NodeRuntime:
         except BudgetExceeded:
             raise
         except AisqlError as err:
-            raise self._located(err) from None
+            raise self.located(err) from None
         for values, text in prompts.text_of.items():
             self.values[values] = known[text].value
-        if self._batch is not None:  # the rule waits for every answer (_fit_batch); so does the signal
-            self._batch.update((text, known[text].logprobs) for text in prompts.counts)
+        if self.rule.collect(known, prompts.counts):  # a batch calibration waits for every answer; so does the signal
             return
-        self._count_signal((text, known[text]) for text in prompts.counts)
+        self.count_signal((text, known[text]) for text in prompts.counts)
 
-    def _count_signal(self, answers) -> None:
+    def count_signal(self, answers) -> None:
         """Each distinct answer's signal once; where the node has a rule of its own, whether the
         rule changed the answer from the likeliest label."""
         own_value = self._own_value()
@@ -369,8 +209,8 @@ class NodeRuntime:
                 elif self._generates:
                     self.stats.count_generated((answer.value,))
 
-    def _count_columns(self, answers) -> None:
-        """_count_signal for a streamed shard's columns (aisql.executor.store.answer_store.AnswerColumns)."""
+    def count_columns(self, answers) -> None:
+        """count_signal for a streamed shard's columns (aisql.executor.store.answer_store.AnswerColumns)."""
         self.stats.count_signals(answers)
         if self.call.function.decides:
             self.stats.count_values(answers.values)
@@ -400,59 +240,7 @@ class NodeRuntime:
 
         return own
 
-    def _answer_approximately(self, prompts: PromptSet, targets) -> None:
-        """Approximate mode (opt-in): the LLM answers a sample and the rows the proxy is unsure
-        of; the proxy the rest — a smaller LLM (aisql.executor.approximate.score_first) or the embedding
-        model (aisql.executor.approximate.cascade). Proxy answers stay in this run."""
-        from aisql.executor.approximate.cascade import run_cascade
-        from aisql.executor.answers.embedding_vectors import vectors_for
-
-        joins = JoinAnswers(self)
-        join = joins.strategy(prompts, targets)
-        if join is not None:
-            pairs, strategy, why = join
-            if strategy == "exact":
-                self._answer(prompts)
-                self.stats.join = {"strategy": "exact", "why": why}
-                return
-            if strategy != "proxy":
-                return joins.answer(prompts, pairs, strategy, why, targets)
-            self.stats.join = {"strategy": "proxy", "why": why}
-        session = self.options.proxies
-        choice = session.choose_proxy(targets.proxy) if session is not None else None
-        if choice is None or choice.spec is None:
-            if self.options.embeddings is None:
-                raise AisqlError("approximate mode needs the embedding model, and this run has none")
-        self.stats.prompts_total += sum(prompts.counts.values())
-        self.stats.prompts_unique += len(prompts.counts)
-        ask_llm = self._oracle(prompts)
-        try:
-            if choice is not None and choice.spec is not None:
-                from aisql.executor.approximate.score_first import run_score_first
-
-                proxy = ProxyScorer(session.proxy_session(choice.spec), self.task, self.node.id, self.call.describe(), self.options)
-                sampling = targets.sampling if targets.sampling != "auto" else DEFAULT_LLM_PROXY_SAMPLING
-                answers, report = run_score_first(
-                    list(prompts.counts), targets, ask_llm=ask_llm, proxy_scores=proxy, sampling=sampling, pilot=targets.proxy == "auto"
-                )
-                report.extra.update(proxy.report())
-            else:
-                answers, report = run_cascade(
-                    list(prompts.counts),
-                    targets,
-                    ask_llm=ask_llm,
-                    embed=lambda texts: vectors_for(texts, self.options.embeddings, self.answering),
-                )
-                report.extra["proxy"] = "embeddings"
-            if choice is not None:
-                report.extra["proxy_why"] = choice.why
-        except AisqlError as err:
-            raise self._located(err) from None
-        for values, text in prompts.text_of.items():
-            self.values[values] = answers[text]
-        self.stats.approximate = report.to_dict()
-
-    def _oracle(self, prompts: PromptSet) -> Callable[[list[str]], dict]:
+    def oracle(self, prompts: PromptSet) -> Callable[[list[str]], dict]:
         """The run's model answering some of the node's own prompts exactly (its cache key, its
         counts): a cascade's sample and the rows its proxy is unsure of. The node's prompts are
         counted once, by the caller."""
@@ -462,7 +250,7 @@ class NodeRuntime:
             if not texts:
                 return {}
             before = self.stats.prompts_total, self.stats.prompts_unique
-            self._answer(prompts.subset(texts))
+            self.answer(prompts.subset(texts))
             self.stats.prompts_total, self.stats.prompts_unique = before
             return {text: self.values[tuple_of[text]] for text in texts}
 
@@ -490,7 +278,7 @@ class NodeRuntime:
         try:
             (value, cost), work = self.answering.measured(self._naive_answer(text))
         except AisqlError as err:
-            raise self._located(err) from None
+            raise self.located(err) from None
         self.stats.add_engine(work)
         if budget is not None:
             budget.spend(1, time.perf_counter() - started)
@@ -508,7 +296,7 @@ class NodeRuntime:
 
         def ask(engine: Engine) -> tuple[Any, int]:
             answer = evaluate(engine, self.task, [text], naive=True, on_overflow=self.options.on_overflow)[text]
-            self._count_signal([(text, answer)])
+            self.count_signal([(text, answer)])
             return answer.value, answer.cost
 
         return ask
@@ -518,53 +306,8 @@ class NodeRuntime:
         template = self.call.template
         return template.render([""] * template.arity)
 
-    def _located(self, err: AisqlError) -> AisqlError:
+    def located(self, err: AisqlError) -> AisqlError:
         if err.line is None:
             err.line, err.col = self.call.line, self.call.col
         err.message = f"{self.call.spelling}: {err.message}"
         return err
-
-
-DEFAULT_LLM_PROXY_SAMPLING = "uniform"  # measured best with Qwen2.5-0.5B standing in for the 1.5B (RESULTS §26)
-
-
-class ProxyScorer:
-    """A proxy LLM's P(yes) for prompts of the oracle's AI.IF task, through the proxy's own
-    answering path: its result cache key (its fingerprint), checkpoints and progress line."""
-
-    def __init__(self, session, task: Task, node_id: str, description: str, options) -> None:
-        import dataclasses
-
-        self.session = session
-        self.task = task
-        self.progress = (f"{node_id}-proxy", f"{description} [proxy {session.model_name()}]")
-        # The run's own options — its budget (the proxy's work is paid for too), overflow mode,
-        # checkpoints, progress — less what would make the proxy a cascade of its own. Derived,
-        # not listed: a list of fields copied is how the budget was once left behind.
-        self.answering = session.answering(dataclasses.replace(options, approximate=None, embeddings=None, proxies=None))
-        self.scores: dict[str, float] = {}  # a pilot's rows are scored once, not again in the full pass
-        self.seen: set[str] = set()
-        self.counts = None  # summed over this node's calls
-
-    def __call__(self, texts: list[str]) -> dict[str, float]:
-        todo = [t for t in texts if t not in self.scores]
-        if todo:
-            known, counts = self.answering.answer_texts({t: 1 for t in todo}, self.task, seen=self.seen, progress=self.progress)
-            self.scores.update((t, _p_yes(known[t])) for t in todo)
-            self.counts = counts if self.counts is None else self.counts + counts
-        return {t: self.scores[t] for t in texts}
-
-    def report(self) -> dict:
-        counts = self.counts
-        used = self.session.model_used()
-        out = {"proxy": used.name, "proxy_numerics": used.numerics}
-        if counts is not None:
-            out.update(proxy_prompts=counts.prompts_unique, proxy_cached=counts.prompts_cached, proxy_evaluated=counts.prompts_evaluated)
-        return out
-
-
-def _p_yes(answer) -> float:
-    """P(yes) of a proxy answer; an answer cached before P(yes) was kept scores as its value."""
-    if answer.p_yes is not None:
-        return float(answer.p_yes)
-    return 1.0 if answer.value else 0.0

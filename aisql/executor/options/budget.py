@@ -35,7 +35,7 @@ class Budget:
     seconds: float = 0.0  # model time so far
 
     def __post_init__(self) -> None:
-        from aisql.executor.options.option_rules import check_run_options
+        from aisql.executor.options.run_options import check_run_options
 
         check_run_options(max_prompts=self.max_prompts, max_cost=self.max_usd, price_per_hour=self.price_per_hour)
 

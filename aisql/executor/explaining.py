@@ -22,7 +22,7 @@ from aisql.planner.cost import Side, estimate_plan
 from aisql.planner.explain import Explanation
 from aisql.planner.hardware import hardware_profile
 from aisql.planner.plan import NodeRole
-from aisql.sql.parameters import Parameters
+from aisql.executor.options.run_options import RunRequest
 from aisql.sql.source import SourceText
 
 
@@ -30,46 +30,29 @@ def explain_script(
     con: duckdb.DuckDBPyConnection,
     session: ModelSession,
     sql_text: str,
+    request: RunRequest | None = None,
     *,
-    hardware: str = "cpu",
-    price_per_hour: float | None = None,
     sample: int = 0,
-    dialect: str | None = None,
-    params: Parameters = None,
     workers: int | None = None,
-    checkpoint_every: int = 256,
-    model_map=None,
-    resources=None,
 ) -> Explanation:
-    """Plans of every statement with cost estimates, plan vs naive. No model weights are loaded
-    unless `sample` > 0 asks to measure selectivities on that many prompts per AI predicate.
-    `workers`: also each node's shard plan on that many engine workers (no Ray needed)."""
+    """Plans of every statement with cost estimates, plan vs naive, under the run options a run
+    of them would take (`request`: its dialect, parameters, hardware and price, --model-map,
+    checkpoint_every as the shards' size). No model weights are loaded unless `sample` > 0 asks
+    to measure selectivities on that many prompts per AI predicate. `workers`: also each node's
+    shard plan on that many engine workers (no Ray needed)."""
+    request = request or RunRequest()
     source = SourceText(sql_text)
     with constants_from(constants_of(con)):
-        statements = bind_script(source, dialect, params, resources)
-    routes = check_endpoints(statements, session, model_map=model_map)
+        statements = bind_script(source, request.dialect, request.params, request.flock)
+    routes = check_endpoints(statements, session, model_map=request.model_map)
     stats = _statistics(con, session, sample)
-    base_profile = hardware_profile(hardware, price_per_hour, cpu_calibration)
+    base_profile = hardware_profile(request.hardware or "cpu", request.price_per_hour, cpu_calibration)
     measured = throughput.measured_here(base_profile, session)
     profile = throughput.calibrated(base_profile, measured)
     plans = [plan_statement(bound, PlanningContext(stats)) for bound in statements]
     has_ai = any(p.nodes for p in plans)
     estimates = [_priced(p, stats, profile, session) if p.nodes else None for p in plans]
-    # A call --model-map sends to another model is priced as that model runs it: its tokenizer,
-    # its size, its measured speed here, its own result-cache entries (the run's model would
-    # price a 1.5B model's calls at a tiny model's cost).
-    for spec in sorted(set(routes.by_call.values())):
-        other = session.proxy_session(spec)
-        other_stats = _statistics(con, other, sample)
-        other_profile = throughput.calibrated(base_profile, throughput.measured_here(base_profile, other))
-        for p, e in zip(plans, estimates):
-            if e is None or not any(routes.by_call.get(n.call.function_name) == spec for n in p.nodes):
-                continue
-            theirs = _priced(p, other_stats, other_profile, other)
-            e.nodes = [
-                theirs.nodes[i] if routes.by_call.get(node.call.function_name) == spec else est
-                for i, (node, est) in enumerate(zip(p.nodes, e.nodes))
-            ]
+    _price_routed_calls(con, session, plans, estimates, routes, base_profile, sample)
     cache_note = None
     if has_ai and session.known_fingerprint() is None:
         cache_note = "result cache not consulted: this model's numerics (--dtype auto) are measured by its first run"
@@ -92,8 +75,26 @@ def explain_script(
     explanation.decisions = _decisions(plans, session, con)
     explanation.notes = routes.notes
     if workers:
-        explanation.shard_plans = _shard_plans(plans, estimates, stats, workers, checkpoint_every)
+        explanation.shard_plans = _shard_plans(plans, estimates, stats, workers, request.checkpoint_every)
     return explanation
+
+
+def _price_routed_calls(con, session: ModelSession, plans, estimates, routes, base_profile, sample: int) -> None:
+    """A call --model-map sends to another model is priced as that model runs it: its tokenizer,
+    its size, its measured speed here, its own result-cache entries (the run's model would price
+    a 1.5B model's calls at a tiny model's cost). Replaces those calls' estimates in place."""
+    for spec in sorted(set(routes.by_call.values())):
+        other = session.proxy_session(spec)
+        other_stats = _statistics(con, other, sample)
+        other_profile = throughput.calibrated(base_profile, throughput.measured_here(base_profile, other))
+        for p, e in zip(plans, estimates):
+            if e is None or not any(routes.by_call.get(n.call.function_name) == spec for n in p.nodes):
+                continue
+            theirs = _priced(p, other_stats, other_profile, other)
+            e.nodes = [
+                theirs.nodes[i] if routes.by_call.get(node.call.function_name) == spec else est
+                for i, (node, est) in enumerate(zip(p.nodes, e.nodes))
+            ]
 
 
 def _statistics(con: duckdb.DuckDBPyConnection, session: ModelSession, sample: int) -> MeasuredStatistics:
@@ -150,7 +151,7 @@ def _less_cached(plan, estimate, stats: MeasuredStatistics, store, fingerprint: 
     return dataclasses.replace(estimate, nodes=nodes)
 
 
-def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, checkpoint_every: int) -> dict[str, dict]:
+def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, shard_prompts: int) -> dict[str, dict]:
     """Each estimable node's prompts cut into shards for `workers` workers, from DuckDB's
     per-anchor counts and the token profile (no prompt rendered): aisql.executor.cluster.shard_plan."""
     from aisql.executor.cluster import streamed_input
@@ -166,7 +167,7 @@ def _shard_plans(plans, estimates, stats: MeasuredStatistics, workers: int, chec
             if not sizes or tokens is None:
                 continue
             groups = estimated_groups(sizes, tokens, est.input_factor)
-            out[node.id] = node_plan(groups, workers, checkpoint_every, est.plan.time_s or None)
+            out[node.id] = node_plan(groups, workers, shard_prompts, est.plan.time_s or None)
             # a run streams a node this large through the pool in slices (the driver encodes
             # nothing): decided from the count the run decides from, where it can be made now
             distinct = est.prompts_unique
