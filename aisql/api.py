@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import duckdb
 
 from aisql.engine.base import Engine
-from aisql.engine.model.loader import ResolvedModel
+from aisql.engine.model.resolving import ResolvedModel
 from aisql.errors import AisqlWarning, ConnectionBusyError, DataError
 from aisql.executor.store.answer_store import AnswerStore
 from aisql.executor.duckdb_errors import file_error

@@ -593,7 +593,8 @@ def serve(
 ):
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
     streaming), with cross-request prefix caching and continuous batching."""
-    from aisql.engine.model.loader import load_resolved, resolve_model
+    from aisql.engine.model.loader import load_resolved
+    from aisql.engine.model.resolving import resolve_model
     from aisql.serve.app import OpenAIServer
     from aisql.serve.guards import RequestLimits
     from aisql.serve.background import ConnectionLimits, host_port, listen, uvicorn_server

@@ -44,7 +44,7 @@ from agent_trace import tool_output  # noqa: E402
 from common import RESULTS, machine, model_argument, run_together, server_process, write  # noqa: E402
 from load_test import percentile  # noqa: E402
 
-from aisql.engine.model.loader import resolve_model  # noqa: E402
+from aisql.engine.model.resolving import resolve_model  # noqa: E402
 
 MAX_CONTEXT_TOKENS = 4096
 # agent_trace.py's system prompt asks for one line ("the next command, or DONE"): a real model

@@ -46,7 +46,8 @@ from common import machine, run_together, write
 from load_test import percentile
 
 from aisql.engine import EngineOptions
-from aisql.engine.model.loader import load_hf_directory, resolve_model
+from aisql.engine.model.loader import load_hf_directory
+from aisql.engine.model.resolving import resolve_model
 from aisql.engine.model.tiny import TinyConfig, tiny_model_dir
 from aisql.serve.background import BackgroundServer
 from aisql.serve.replicas import start_pool

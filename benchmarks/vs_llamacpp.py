@@ -86,7 +86,8 @@ def join_tables() -> tuple[list[str], list[str]]:
 
 def prompt_ids(gguf: Path, texts: list[str], template: str) -> tuple[list[tuple[int, ...]], tuple[tuple[int, ...], ...]]:
     """The token ids aisql sends for AI.IF over these texts, and its label ids — weight-free."""
-    from aisql.engine.model.loader import load_model_facts, resolve_model
+    from aisql.engine.model.loader import load_model_facts
+    from aisql.engine.model.resolving import resolve_model
     from aisql.engine.options import EngineOptions
     from aisql.engine.model.prompt_format import encode_labels
     from aisql.functions import by_name

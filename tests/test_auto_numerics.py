@@ -84,7 +84,7 @@ def test_cpu_flags_come_from_the_os_and_a_settled_choice_needs_no_torch(bf16_cpu
 
 
 def test_the_test_model_and_quantized_weights_stay_float32(tmp_path):
-    from aisql.engine.model.loader import resolved_dtype_name
+    from aisql.engine.model.resolving import resolved_dtype_name
     from aisql.engine.options import EngineOptions
 
     never = lambda: pytest.fail("measured")  # noqa: E731

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aisql.engine.model.loader import hf_fingerprint
+from aisql.engine.model.resolving import hf_fingerprint
 from aisql.engine.options import EngineOptions
 from aisql.functions import by_name
 from aisql.functions.ai_classify import ClassifyOptions

@@ -10,7 +10,7 @@ from conftest import EXAMPLES
 from gguf_writer import write_tiny_gguf
 
 from aisql.engine import ScoreRequest, load_engine
-from aisql.engine.model.loader import resolve_model
+from aisql.engine.model.resolving import resolve_model
 from aisql.engine.options import EngineOptions
 from aisql.engine.model.tiny import tiny_model_dir
 from aisql.errors import ModelError

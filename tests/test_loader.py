@@ -34,7 +34,7 @@ def test_default_model_falls_back_to_tiny_with_a_warning(offline, without_smollm
 
 def test_default_model_falls_back_to_smollm2_when_installed(offline, monkeypatch, tmp_path):
     from aisql.engine.model import gguf
-    from aisql.engine.model.loader import resolve_model
+    from aisql.engine.model.resolving import resolve_model
 
     monkeypatch.setenv("AISQL_CACHE_DIR", str(tmp_path / "cache"))  # where "said today" is remembered
     fake = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"

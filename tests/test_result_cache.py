@@ -17,7 +17,7 @@ from conftest import EXAMPLES, load_example_tables
 
 from aisql.api import Connection
 from aisql.cli import main
-from aisql.engine.model.loader import resolve_model
+from aisql.engine.model.resolving import resolve_model
 from aisql.engine.options import EngineOptions
 from aisql.executor.store.answer_store import Answer
 from aisql.executor.options.budget import Budget, BudgetExceeded

@@ -170,7 +170,7 @@ def test_cli_runs_on_workers_and_reports_each(ray_runtime, tmp_path):
 
 def test_a_worker_with_another_model_fails_before_any_answer_is_stored(ray_runtime, tmp_path, monkeypatch):
     import aisql
-    from aisql.engine.model.loader import ResolvedModel
+    from aisql.engine.model.resolving import ResolvedModel
 
     monkeypatch.setattr(ResolvedModel, "fingerprint", lambda self, options: "driver-has-another-model")
     con = aisql.connect(model="tiny", cache=tmp_path / "answers.sqlite", cluster=1)

@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from aisql.engine.model.loader import resolve_model
+from aisql.engine.model.resolving import resolve_model
 from aisql.engine.options import EngineOptions
 from aisql.serve.guards import RequestLimits
 from aisql.serve.background import BackgroundServer

@@ -21,10 +21,11 @@ from aisql.engine.base import (
     ScoreRequest,
 )
 
-_LAZY = {"DEFAULT_MODEL": "aisql.engine.model.loader", "EngineOptions": "aisql.engine.options", "load_engine": "aisql.engine.model.loader"}
+_LAZY = {"DEFAULT_MODEL": "aisql.engine.model.resolving", "EngineOptions": "aisql.engine.options", "load_engine": "aisql.engine.model.loader"}
 
 if TYPE_CHECKING:  # pragma: no cover
-    from aisql.engine.model.loader import DEFAULT_MODEL, load_engine
+    from aisql.engine.model.loader import load_engine
+    from aisql.engine.model.resolving import DEFAULT_MODEL
     from aisql.engine.options import EngineOptions
 
 __all__ = [

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from aisql.engine.base import Engine, ModelFacts
-from aisql.engine.model.loader import ResolvedModel, load_model_facts, load_resolved, resolve_model, resolve_model_spec
+from aisql.engine.model.loader import load_model_facts, load_resolved
+from aisql.engine.model.resolving import ResolvedModel, resolve_model, resolve_model_spec
 from aisql.engine.options import EngineOptions
 from aisql.engine.model.numerics import cuda_available
 from aisql.errors import AisqlWarning

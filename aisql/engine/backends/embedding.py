@@ -50,7 +50,7 @@ def resolve_embed_model(spec: str | None = None) -> EmbeddingModelRef:
 
 def _directory(name: str) -> Path:
     from aisql.engine.model.hub import hub_snapshot
-    from aisql.engine.model.loader import written_as_path
+    from aisql.engine.model.resolving import written_as_path
 
     path = Path(name).expanduser()
     if path.is_dir():
