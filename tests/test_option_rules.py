@@ -78,3 +78,35 @@ def test_a_misspelt_option_is_named(make_connection):
 def test_good_values_pass_and_limits_may_be_absent():
     check_run_options(checkpoint_every=1, checkpoint_seconds=0.5, on_overflow="truncate", max_prompts=0, max_cost=None, price_per_hour=0)
     assert {"checkpoint_every", "checkpoint_seconds", "on_overflow", "max_prompts", "max_cost", "price_per_hour"} <= set(RUN_OPTIONS)
+
+
+def test_every_door_is_made_from_the_one_declaration():
+    """A run option is declared once (aisql.executor.options.run_options): RunRequest's fields,
+    the CLI's flags, aisql.register's and the dbt plugin's settings and explain's options are all
+    made from the table, so a new option is its entry plus the code that reads it."""
+    import dataclasses
+
+    from aisql.cli_options import run_flags
+    from aisql.duckdb_functions import FUNCTION_OPTIONS
+    from aisql.executor.answers.answer_types import RunOptions
+    from aisql.executor.options.run_options import EXPLAIN, FUNCTIONS, RUN, RUN_OPTIONS as DECLARED, RunRequest, options_for
+
+    assert [f.name for f in dataclasses.fields(RunRequest)] == [o.name for o in DECLARED]
+    assert FUNCTION_OPTIONS == tuple(o.name for o in options_for(FUNCTIONS))
+    help_text = CliRunner().invoke(main, ["run", "--help"]).output
+    flagged = [o for o in options_for(RUN) if o.flag]
+    assert len(run_flags(RUN)) == len(flagged) and all(o.flag in help_text for o in flagged)
+    explain_help = CliRunner().invoke(main, ["explain", "--help"]).output
+    assert all(o.flag in explain_help for o in options_for(EXPLAIN) if o.flag)
+    assert "--checkpoint-every" in explain_help  # explain --workers sizes its shards by it
+    # the executor reads any declared option by name, the user's value or its default
+    options = RunOptions.of(checkpoint_every=7)
+    assert options.checkpoint_every == 7 and options.on_overflow == "error" and options.max_prompts is None
+
+
+def test_the_dbt_plugin_takes_the_functions_options():
+    pytest.importorskip("dbt.adapters.duckdb", reason="dbt-duckdb is a dev extra (aisql-engine[dbt])")
+    from aisql.dbt_plugin import RUN_KEYS
+    from aisql.executor.options.run_options import FUNCTIONS, options_for
+
+    assert RUN_KEYS == tuple(o.name for o in options_for(FUNCTIONS))
