@@ -6,25 +6,13 @@ Its names load on first use, so a door that only reads the run options' declarat
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aisql.lazy import lazy_exports
 
-_LAZY = {
-    "Answer": "aisql.executor.store.answer_store",
-    "AnswerStore": "aisql.executor.store.answer_store",
-    "MemoryAnswerStore": "aisql.executor.store.answer_store",
-    "Executor": "aisql.executor.plan_executor",
-    "StatementResult": "aisql.executor.plan_executor",
-    "NodeStats": "aisql.executor.report.run_stats",
-    "RunStats": "aisql.executor.report.run_stats",
-}
-
-if TYPE_CHECKING:  # pragma: no cover
-    from aisql.executor.plan_executor import Executor, StatementResult
-    from aisql.executor.report.run_stats import NodeStats, RunStats
-    from aisql.executor.store.answer_store import Answer, AnswerStore, MemoryAnswerStore
-
-__all__ = ["Answer", "AnswerStore", "Executor", "MemoryAnswerStore", "NodeStats", "RunStats", "StatementResult"]
+_LAZY = (  # name -> the module it loads from
+    dict.fromkeys(("Answer", "AnswerStore", "MemoryAnswerStore"), "aisql.executor.store.answer_store")
+    | dict.fromkeys(("Executor", "StatementResult"), "aisql.executor.plan_executor")
+    | dict.fromkeys(("NodeStats", "RunStats"), "aisql.executor.report.run_stats")
+)
+__all__ = sorted(_LAZY)
 
 __getattr__ = lazy_exports("aisql.executor", _LAZY, globals())

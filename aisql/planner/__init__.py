@@ -5,26 +5,13 @@ imports no planning code."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aisql.lazy import lazy_exports
 
-_LAZY = {
-    "PlannerRule": "aisql.planner.context",
-    "PlanningContext": "aisql.planner.context",
-    "plan_statement": "aisql.planner.optimizer",
-    "AINode": "aisql.planner.plan",
-    "Clause": "aisql.planner.plan",
-    "NodeRole": "aisql.planner.plan",
-    "Plan": "aisql.planner.plan",
-    "Strategy": "aisql.planner.plan",
-}
-
-if TYPE_CHECKING:  # pragma: no cover
-    from aisql.planner.context import PlannerRule, PlanningContext
-    from aisql.planner.optimizer import plan_statement
-    from aisql.planner.plan import AINode, Clause, NodeRole, Plan, Strategy
-
-__all__ = ["AINode", "Clause", "NodeRole", "Plan", "PlannerRule", "PlanningContext", "Strategy", "plan_statement"]
+_LAZY = (  # name -> the module it loads from
+    dict.fromkeys(("PlannerRule", "PlanningContext"), "aisql.planner.context")
+    | dict.fromkeys(("plan_statement",), "aisql.planner.optimizer")
+    | dict.fromkeys(("AINode", "Clause", "NodeRole", "Plan", "Strategy"), "aisql.planner.plan")
+)
+__all__ = sorted(_LAZY)
 
 __getattr__ = lazy_exports("aisql.planner", _LAZY, globals())
