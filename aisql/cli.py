@@ -619,7 +619,7 @@ def serve(
         from aisql.serve.replicas import start_pool
 
         pool, engine = start_pool(
-            resolved, model or resolved.name, options, replicas=replicas, routing=routing, imbalance=routing_imbalance,
+            resolved, options, replicas=replicas, routing=routing, imbalance=routing_imbalance,
             serving={"max_running": max_running, "prefill_chunk": prefill_chunk, "max_kv_tokens": max_kv_tokens},
             threads=threads,
         )

@@ -160,7 +160,7 @@ def main() -> None:
 
     for policy in args.policies.split(","):
         pool, front = start_pool(
-            resolve_model(directory), directory, options, replicas=args.replicas, routing=policy, serving={}, threads=1
+            resolve_model(directory), options, replicas=args.replicas, routing=policy, serving={}, threads=1
         )
         with BackgroundServer(front, "agent", replicas=pool) as server:
             result = run_sessions(server.base_url, args.sessions, args.turns, args.tool_lines, args.think_s, args.arrival_s)

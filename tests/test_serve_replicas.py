@@ -33,7 +33,7 @@ KEY = "k-replicas"
 @pytest.fixture(scope="module")
 def server():
     pool, front = start_pool(
-        resolve_model(MODEL), MODEL, EngineOptions(device="cpu"), replicas=2, routing="cache-aware", serving={}, threads=1
+        resolve_model(MODEL), EngineOptions(device="cpu"), replicas=2, routing="cache-aware", serving={}, threads=1
     )
     with BackgroundServer(
         front, MODEL, replicas=pool, api_keys=[KEY], limits=RequestLimits(max_body_bytes=32 << 10)

@@ -143,7 +143,7 @@ class ModelSession:
             from aisql.executor.cluster.pool import WorkerPool
 
             model = self.resolved_model
-            self._pool = WorkerPool(self.cluster, model.name, self.engine_options, model.fingerprint)
+            self._pool = WorkerPool(self.cluster, model, self.engine_options, model.fingerprint)
             self._pool.connect()
         return self._pool
 

@@ -33,6 +33,7 @@ from typing import Any
 from aisql.engine.base import ModelInfo
 from aisql.engine.continuous import FinishEvent, ServeRequest, TokenEvent
 from aisql.engine.continuous.request import RequestTimes, Sink
+from aisql.engine.model.resolving import ResolvedModel, on_this_node
 from aisql.engine.options import EngineOptions
 from aisql.ray_actors import actor_class, first_line, import_ray, one_model, start_local_runtime
 from aisql.errors import AisqlError, ModelError
@@ -54,16 +55,17 @@ class ReplicaInfo:
 class ReplicaWorker:
     """One engine and its serving loop, in a Ray actor's process (a plain class: testable without Ray)."""
 
-    def __init__(self, model: str, options: EngineOptions, serving: dict, threads: int | None = None) -> None:
+    def __init__(self, model: ResolvedModel, options: EngineOptions, serving: dict, threads: int | None = None) -> None:
+        """`model`: the model `aisql serve` resolved (as on_this_node finds it on this node)."""
         if threads:
             import torch
 
             torch.set_num_threads(threads)
         from aisql.engine.continuous import ServingEngine
-        from aisql.engine.model.loader import load_engine
+        from aisql.engine.model.loader import load_resolved
 
         started = time.perf_counter()
-        engine = load_engine(model, options)
+        engine = load_resolved(on_this_node(model), options)
         self.serving = ServingEngine(engine, **serving)
         self.threads = threads
         self.load_s = time.perf_counter() - started
@@ -145,7 +147,7 @@ class ReplicaPool:
 
     def __init__(
         self,
-        model: str,
+        model: ResolvedModel,
         options: EngineOptions,
         *,
         replicas: int,
@@ -389,8 +391,8 @@ class ModelFront:
     format: Any
 
 
-def start_pool(resolved, spec: str, options: EngineOptions, **pool_options) -> tuple[ReplicaPool, ModelFront]:
-    """Start the replicas of a resolved model (each loads `spec` itself) and the edge's front.
+def start_pool(resolved: ResolvedModel, options: EngineOptions, **pool_options) -> tuple[ReplicaPool, ModelFront]:
+    """Start the replicas of the resolved model (handed to each, resolved once) and the edge's front.
     On CPU without --threads, each replica gets an equal share of the cores."""
     from pathlib import Path
 
@@ -405,7 +407,7 @@ def start_pool(resolved, spec: str, options: EngineOptions, **pool_options) -> t
         # fixed per replica: each engine's thread governor would otherwise see the machine's idle
         # cores as its own, and N replicas would oversubscribe them
         options = dataclasses.replace(options, threads=pool_options["threads"])
-    pool = ReplicaPool(spec, options, **pool_options)
+    pool = ReplicaPool(resolved, options, **pool_options)
     info = pool.start()
     try:
         return pool, model_front(directory, info)

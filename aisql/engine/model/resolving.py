@@ -219,3 +219,13 @@ def resolved_dtype_name(
     say = notify or (lambda line: print(line, file=sys.stderr))
     model_directory = directory()  # a GGUF file is converted (and refused if unreadable) before measuring
     return decide(identity, lambda dtype: calibration_trial(model_directory, dtype), say).dtype
+
+
+def on_this_node(model: ResolvedModel) -> ResolvedModel:
+    """A model the driver resolved, as a worker or replica on this node loads it: the driver's
+    resolution where its files are here (this machine, a shared path, the same model cache) — the
+    model is resolved once per session — else resolved again by its name, as every node of a
+    cluster finds its own copy of the same model files (their fingerprints are checked after)."""
+    if model.backend in ("hf", "gguf") and Path(model.location).exists():
+        return model
+    return resolve_model(model.name)

@@ -21,6 +21,7 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
+from aisql.engine.model.resolving import ResolvedModel
 from aisql.engine.options import EngineOptions
 from aisql.errors import AisqlError, ModelError
 from aisql.ray_actors import actor_class, first_line, import_ray, start_local_runtime
@@ -114,11 +115,11 @@ class WorkerPool:
     def __init__(
         self,
         options: ClusterOptions,
-        model: str,
+        model: ResolvedModel,
         engine_options: EngineOptions,
         expected_fingerprint: Callable[[EngineOptions], str],
     ) -> None:
-        """`model`: the spec every worker loads; `expected_fingerprint`: the driver's idea of the
+        """`model`: the session's resolved model, handed to every worker; `expected_fingerprint`: the driver's idea of the
         model under the workers' engine options (device: cuda on GPU workers); a worker with
         another fails the query."""
         self.options = options

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from aisql.engine.base import EngineStats, GenerateRequest, ModelInfo, ScoreRequest
+from aisql.engine.model.resolving import ResolvedModel, on_this_node
 from aisql.engine.options import EngineOptions
 from aisql.executor.store.answer_store import Answer, AnswerColumns
 from aisql.executor.answers.evaluate import answer_prepared, prepare
@@ -38,17 +39,18 @@ class ShardResult:
 
 
 class EngineWorker:
-    def __init__(self, model: str, options: EngineOptions, threads: int | None = None) -> None:
-        """`model`: the spec the driver resolved (its name, a path or an HF id: each node resolves
-        it itself); `threads`: torch's intra-op threads on CPU (one per CPU the actor holds)."""
+    def __init__(self, model: ResolvedModel, options: EngineOptions, threads: int | None = None) -> None:
+        """`model`: the model the driver resolved (used as it is where its files are on this node,
+        else resolved again by name here); `threads`: torch's intra-op threads on CPU (one per CPU
+        the actor holds)."""
         if threads:
             import torch
 
             torch.set_num_threads(threads)
-        from aisql.engine.model.loader import load_engine
+        from aisql.engine.model.loader import load_resolved
 
         started = time.perf_counter()
-        self.engine = load_engine(model, options)
+        self.engine = load_resolved(on_this_node(model), options)
         self.load_s = time.perf_counter() - started
 
     def describe(self) -> WorkerInfo:
