@@ -97,6 +97,7 @@ def keeps_on_coin_flips(function, task, rows, values, draws: int = 40) -> tuple[
     return beat, kept
 
 
+@pytest.mark.slow  # seconds each: the full suite runs it, the fast tier keeps its siblings
 def test_a_rule_fitted_on_coin_flip_labels_is_not_kept():
     # issue 58, cause 15: 12 distinct texts, a model that answers No to all, labels from a coin:
     # issue 41's leave-one-out check kept a threshold in 30% of draws and changed answers
@@ -250,6 +251,7 @@ def test_examples_are_cached_prompts_and_a_rerun_asks_nothing(make_connection, t
     assert other.stats.totals()["computed_tokens"] == 0
 
 
+@pytest.mark.slow  # seconds each: the full suite runs it, the fast tier keeps its siblings
 def test_literal_examples_and_classify_and_score_examples(make_connection):
     con = make_connection()
     literal = "[{'review': 'I love it', 'label': 'yes'}, {'review': 'Broke at once', 'label': 'no'}, {'review': 'Great', 'label': 'Yes'}, {'review': 'Awful', 'label': 'false'}]"
@@ -343,6 +345,7 @@ def test_a_decimal_score_label_is_a_number_on_the_scale(make_connection):
     assert [r["s"] for r in result.table.to_pylist()] == pytest.approx([r["s"] for r in naive], abs=1e-4)  # float32 batching
 
 
+@pytest.mark.slow  # seconds each: the full suite runs it, the fast tier keeps its siblings
 def test_coin_flip_labels_through_sql_leave_the_models_own_answers(make_connection):
     # the reported input end to end: the example data's 12 distinct reviews, labels from a coin
     from aisql.executor.report.signals import quality_lines

@@ -12,6 +12,7 @@ MANY = ", ".join(f"'category number {i}'" for i in range(10_000))
 SQL = f"SELECT id, AI.CLASSIFY(PROMPT('Which fits {{0}}?', name), [{MANY}]) AS c FROM products WHERE id <= 3"
 
 
+@pytest.mark.slow  # seconds each: the full suite runs it, the fast tier keeps its siblings
 @pytest.mark.parametrize("on_overflow", ["error", "truncate"])
 def test_labels_that_fill_the_context_are_the_calls_error_not_the_rows(make_connection, on_overflow):
     with pytest.raises(ContextOverflow) as err:
@@ -39,6 +40,7 @@ def test_a_long_row_is_truncated_to_its_own_text_never_to_nothing(make_connectio
     assert prepared[0].ids != prepared[1].ids  # each still reads its own row
 
 
+@pytest.mark.slow  # seconds each: the full suite runs it, the fast tier keeps its siblings
 def test_plans_and_summaries_count_labels_beyond_the_first_ten(make_connection):
     from aisql.functions.arguments import shown_list
 

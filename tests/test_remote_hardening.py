@@ -165,6 +165,7 @@ def test_a_model_card_whose_context_is_not_a_number_is_one_error(server, value):
     assert "max_model_len" in error_line(run(server, ASK, "--no-cache"))
 
 
+@pytest.mark.slow  # seconds each: the full suite runs it, the fast tier keeps its siblings
 def test_a_server_listing_many_models_is_named_in_one_short_line(server):
     server.models = [{"id": f"model-{i}", "object": "model"} for i in range(100_000)]
     line = error_line(run(server, ASK, "--no-cache"))
