@@ -190,3 +190,18 @@ def test_the_floor_rule_finds_an_upward_import():
 
 def test_the_circle_finder_finds_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _sizes(kind: type, limit: int) -> list[str]:
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, kind) and node.end_lineno - node.lineno + 1 > limit:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    return sorted(found)
+
+
+def test_functions_and_classes_stay_small():
+    """A function reads on one screen (60 lines), a class holds one job (300 lines)."""
+    assert _sizes((ast.FunctionDef, ast.AsyncFunctionDef), 60) == []
+    assert _sizes(ast.ClassDef, 300) == []
