@@ -123,7 +123,15 @@ class Connection:
         return self.session.fingerprint()
 
     def register(self, name: str, data) -> None:
-        """Make `data` queryable as `name`: a file path (CSV/Parquet/JSON) or an Arrow/pandas object."""
+        """Make `data` queryable as `name`: a file path (CSV/Parquet/JSON) or an Arrow/pandas object.
+        `name` may be qualified as a warehouse names it (`project.dataset.table`,
+        `db.schema.table`, quoted or not: aisql.table_names), so a vendor's query runs unchanged."""
+        from aisql.table_names import name_parts
+
+        parts = name_parts(name)
+        if len(parts) > 1:
+            return self._register_qualified(parts, data)
+        name = parts[0]
         with self._exclusive():
             if isinstance(data, (str, os.PathLike)):
                 try:
@@ -132,6 +140,21 @@ class Connection:
                     raise file_error(err, data) from None
             else:
                 self.duckdb.register(name, data)
+
+    def _register_qualified(self, parts: list[str], data) -> None:
+        from aisql.table_names import qualified_target
+
+        with self._exclusive():
+            target = qualified_target(self.duckdb, parts)
+            if isinstance(data, (str, os.PathLike)):
+                try:
+                    self.duckdb.execute(f"CREATE OR REPLACE VIEW {target} AS {file_scan_sql(data)}")
+                except duckdb.Error as err:
+                    raise file_error(err, data) from None
+            else:
+                hidden = "__aisql_table_" + "_".join(p.lower() for p in parts).replace('"', "")
+                self.duckdb.register(hidden, data)
+                self.duckdb.execute(f"CREATE OR REPLACE VIEW {target} AS SELECT * FROM {_quote(hidden)}")
 
     def add_file_search_path(self, directories: Sequence[str | os.PathLike]) -> None:
         """Resolve relative file paths in queries against these directories too (DuckDB's file_search_path)."""
