@@ -107,3 +107,25 @@ def test_python_results_have_a_short_repr_and_the_summary(make_connection, alway
     first, *rest = result.summary().splitlines()
     assert first == repr(result)[len("<QueryResult ") : -1]
     assert any(line.startswith("warning: ai_1's answers carry little signal") for line in rest)
+
+
+def test_the_typed_generators_have_a_quality_line():
+    """AI.GENERATE_BOOL printed no quality line at all (issue 60): its true share is said, and
+    one side for nearly every prompt warns, as AI.IF's does; a number generator says its range
+    and warns when every prompt gets one value."""
+    from aisql.executor.report.signals import quality_lines, warnings_of
+
+    mixed = NodeStats(node="ai_1", function="AI.GENERATE_BOOL(...)", strategy="prefetch")
+    mixed.count_generated([True] * 12 + [False] * 8 + [None])
+    lines = quality_lines([mixed])
+    assert [line.text for line in lines] == ["ai_1 AI.GENERATE_BOOL(...): true for 57% of 21 distinct prompts (1 NULL: no literal of the type)"]
+    assert not any(line.warning for line in lines)
+
+    one_sided = NodeStats(node="ai_2", function="AI.GENERATE_BOOL(...)", strategy="prefetch")
+    one_sided.count_generated([True] * 40 + [False])
+    assert "ai_2's answers carry little signal: true for 98% of 41 prompts" in warnings_of([one_sided])[0]
+
+    numbers = NodeStats(node="ai_3", function="AI.GENERATE_INT(...)", strategy="prefetch")
+    numbers.count_generated([4] * 25)
+    lines = quality_lines([numbers])
+    assert lines[0].text == "ai_3 AI.GENERATE_INT(...): values 4 to 4 over 25 distinct prompts" and lines[1].warning

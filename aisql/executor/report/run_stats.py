@@ -71,6 +71,9 @@ class NodeStats:
     answers_generated: int = 0
     first_generated: str | None = None
     generated_differ: bool = False
+    # The typed generators (AI.GENERATE_BOOL / _INT / _DOUBLE): distinct prompts per value, as
+    # AI.CLASSIFY's labels are counted (numbers rounded to 0.1), so they get a quality line too.
+    generated_values: dict[str, int] = field(default_factory=dict)
 
     def count_signal(self, answer, own_value=None) -> None:
         """One distinct answer's signal (an AI.IF answer cached before P(Yes) was kept has none);
@@ -99,6 +102,9 @@ class NodeStats:
             elif text != self.first_generated:
                 self.generated_differ = True
             self.answers_generated += 1
+            if value is None or isinstance(value, (bool, int, float)):  # a typed generator's literal
+                key = "NULL" if value is None else str(value).lower() if isinstance(value, bool) else f"{float(value):.1f}"
+                self.generated_values[key] = self.generated_values.get(key, 0) + 1
 
     def _count_signals(self, values, p_yes_of) -> None:
         scored = yes = near = 0

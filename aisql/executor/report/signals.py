@@ -34,6 +34,7 @@ DOMINANT_LABEL_SHARE = 0.95
 # SmolLM2 0.11 on 1-5, Spearman 0.07 with the critics; Qwen2.5-0.5B 0.56, Spearman 0.57)
 BUNCHED_SCORE_SHARE = 0.06
 TRY = "give a few labelled rows (examples => (SELECT ..., label FROM ...)), rephrase the question, or use a larger model (--model)"
+TRY_GENERATED = "rephrase the question, or use a larger model (--model)"
 TRY_LABELLED = "label more rows (aisql label), rephrase the question, or use a larger model (--model)"
 
 
@@ -58,6 +59,8 @@ def quality_lines(stats: RunStats | Iterable[NodeStats]) -> list[QualityLine]:
             lines += _yes_no_lines(node)
         elif node.value_counts:
             lines += _labelled_lines(node)
+        elif node.generated_values and any(k != "NULL" for k in node.generated_values):
+            lines += _typed_lines(node)
         elif node.answers_generated >= SIGNAL_MIN and not node.generated_differ:
             lines.append(
                 QualityLine(
@@ -161,6 +164,29 @@ def _labelled_lines(node: NodeStats) -> list[QualityLine]:
     ]
     if total >= SIGNAL_MIN and top_count / total >= DOMINANT_LABEL_SHARE:
         lines.append(QualityLine(node.node, f"{node.node}'s answers carry little signal: {top!r} for {top_count / total:.0%} of {total:,} prompts; {TRY}", True))
+    return lines
+
+
+def _typed_lines(node: NodeStats) -> list[QualityLine]:
+    """A typed generator's answers: true/false shares (AI.GENERATE_BOOL) or the values' range,
+    and a warning where they say nothing of the rows — one side for ONE_SIDED_SHARE of them, or
+    a single value."""
+    counts = node.generated_values
+    total = sum(counts.values())
+    answered = {k: c for k, c in counts.items() if k != "NULL"}
+    nulls = f" ({counts['NULL']:,} NULL: no literal of the type)" if counts.get("NULL") else ""
+    if set(answered) <= {"true", "false"}:
+        yes = answered.get("true", 0) / total
+        lines = [QualityLine(node.node, f"{node.node} {node.function}: true for {yes:.0%} of {total:,} distinct prompts{nulls}", False)]
+        top = max(answered.values()) / total
+        if total >= SIGNAL_MIN and top >= ONE_SIDED_SHARE:
+            side = "true" if answered.get("true", 0) >= answered.get("false", 0) else "false"
+            lines.append(QualityLine(node.node, f"{node.node}'s answers carry little signal: {side} for {top:.0%} of {total:,} prompts; {TRY_GENERATED}", True))
+        return lines
+    values = sorted(float(k) for k in answered)
+    lines = [QualityLine(node.node, f"{node.node} {node.function}: values {values[0]:g} to {values[-1]:g} over {total:,} distinct prompts{nulls}", False)]
+    if total >= SIGNAL_MIN and len(values) == 1:
+        lines.append(QualityLine(node.node, f"{node.node}'s answers carry little signal: {values[0]:g} for every prompt; {TRY_GENERATED}", True))
     return lines
 
 
