@@ -235,7 +235,6 @@ class ModelSession:
             self.fingerprint,
             options or RunOptions(),
             runner=runner,
-            pooled=lambda: self.cluster is not None,
             reads_states=self.reads_states,
         )
 

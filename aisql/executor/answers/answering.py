@@ -43,6 +43,8 @@ class PromptRunner(Protocol):
     """How a run's prepared prompts reach its model: `LocalChunks` here, or shards over a
     worker pool (aisql.executor.cluster.sharded.PoolShards) — chosen once per session."""
 
+    pooled: bool  # a pool of workers answers (its large nodes stream)
+
     def evaluate(
         self, answering: "Answering", task: Task, items: Sequence[Prepared], *, key: str, known: dict[str, Answer], line: ProgressLine
     ) -> AnswerCounts: ...
@@ -51,6 +53,8 @@ class PromptRunner(Protocol):
 class LocalChunks:
     """The engine in this process answers time-bounded chunks, each committed (the loop of
     aisql.executor.answers.checkpointed)."""
+
+    pooled = False
 
     def evaluate(
         self, answering: "Answering", task: Task, items: Sequence[Prepared], *, key: str, known: dict[str, Answer], line: ProgressLine
@@ -93,7 +97,6 @@ class Answering:
     fingerprint: Callable[[], str] = lambda: ""  # names the model in the store without loading it
     options: RunOptions = field(default_factory=RunOptions)
     clock: Callable[[], float] = time.perf_counter  # model time of a chunk (tests pass a clock of work done)
-    pooled: Callable[[], bool] = lambda: False  # the model runs on a pool of workers: large nodes stream (aisql.executor.cluster.streaming)
     reads_states: Callable[[], bool] = lambda: False  # the engine returns hidden states (a probe can be fitted: aisql.functions.probe)
     runner: "PromptRunner" = field(default_factory=lambda: LocalChunks())  # chosen once, when the session builds it
     chunks: ChunkSizer = field(init=False)  # the LLM's chunks (prompt tokens per second)
@@ -105,6 +108,11 @@ class Answering:
     def __post_init__(self) -> None:
         self.chunks = ChunkSizer(self.options.checkpoint_every, self.options.checkpoint_seconds)
         self.embedding_chunks = ChunkSizer(self.options.checkpoint_every, self.options.checkpoint_seconds)
+
+    def pooled(self) -> bool:
+        """The model runs on a pool of workers (large nodes stream: aisql.executor.cluster.streaming):
+        read from the runner the session chose, not kept beside it."""
+        return self.runner.pooled
 
     def seen(self, task: Task) -> set[str]:
         """The texts of `task` this run has asked (or looked up) so far, shared by its nodes."""

@@ -27,6 +27,8 @@ class PoolShards:
     """A session's prompts answered on its worker pool, shard by shard (the `runner` the session
     gives its aisql.executor.answers.answering.Answering when it has a cluster)."""
 
+    pooled = True
+
     def evaluate(self, answering, task: Task, items: Sequence[Prepared], *, key: str, known: dict[str, Answer], line: ProgressLine) -> AnswerCounts:
         with reporting(line, len(items)):
             with answering.lock:
