@@ -41,10 +41,7 @@ def score_batch(engine: "BatchEngine", batch: list[Work], requests: list[ScoreRe
 
     # First label token: only those rows of the output head. The softmax normaliser at this
     # position is the same for every label of a request, so it cancels.
-    width = max(len(r.label_ids) for r in requests)
-    first = torch.zeros((len(batch), width), dtype=torch.long, device=engine.device)
-    for b, r in enumerate(requests):
-        first[b, : len(r.label_ids)] = torch.tensor([label[0] for label in r.label_ids], device=engine.device)
+    first = _first_label_tokens(requests, engine.device)
     first_logits = engine.runner.label_logits(last, first)
     tails = _score_tails(engine, requests, out) if needs_tail else {}
     return _label_scores(requests, first_logits, tails, last)
@@ -61,10 +58,7 @@ def _score_flat(engine: "BatchEngine", batch: list[Work], requests: list[ScoreRe
                 segments.append(Segment(work.row.prefix, work.row.prefix_len, label[:-1], work.row.prefix_len + len(work.row.tokens), parent=b))
     out = engine.run_segments(batch, segments, store=reuse)
     lasts = torch.tensor([out.last(b, len(w.row.tokens)) for b, w in enumerate(batch)], device=engine.device)
-    width = max(len(r.label_ids) for r in requests)
-    first = torch.zeros((len(batch), width), dtype=torch.long, device=engine.device)
-    for b, r in enumerate(requests):
-        first[b, : len(r.label_ids)] = torch.tensor([label[0] for label in r.label_ids], device=engine.device)
+    first = _first_label_tokens(requests, engine.device)
     last = out.hidden[lasts]
     first_logits = engine.runner.label_logits(last, first)
     tail_scores: dict[tuple[int, int], float] = {}
@@ -107,6 +101,16 @@ def _score_tails(engine: "BatchEngine", requests: list[ScoreRequest], out: Batch
             steps = torch.arange(len(label) - 1, device=engine.device)
             tails[(b, k)] = float(logprobs[r, steps, targets].double().sum())
     return tails
+
+
+def _first_label_tokens(requests: Sequence[ScoreRequest], device) -> torch.Tensor:
+    """Each request's labels' first tokens, one row per request (padded with 0): the only rows of
+    the output head a pass multiplies for them."""
+    width = max(len(r.label_ids) for r in requests)
+    first = torch.zeros((len(requests), width), dtype=torch.long, device=device)
+    for b, r in enumerate(requests):
+        first[b, : len(r.label_ids)] = torch.tensor([label[0] for label in r.label_ids], device=device)
+    return first
 
 
 def _chunks(items: list, size: int):
