@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from aisql.executor.node import bound_calls
+from aisql.executor.node import bound_calls, downstream
 from aisql.executor.answers.answering import Answering
 from aisql.errors import AisqlError
 from aisql.executor.duckdb_errors import translate
@@ -64,6 +64,7 @@ class Executor:
             bound_calls.register_placeholder(self.con, call, errors, self._result_type(call)[0])
         try:
             self._duckdb(lambda: _bind_check(self.con, bound.ast), bound, source, errors)
+            downstream.check_downstream(self.con, bound.ast, bound.calls)
         finally:
             for call in bound.calls:
                 bound_calls.remove(self.con, call.function_name)

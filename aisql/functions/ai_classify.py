@@ -131,6 +131,9 @@ class AiClassify(AIFunction):
             instruction = f"{options.task_description}\n{instruction}"
         return Task(self, Framing(system=instruction), options.labels)
 
+    def possible_values(self, options: ClassifyOptions) -> tuple[Any, ...]:
+        return tuple(options.labels)
+
     decides = True
 
     def value_from_scores(self, task: Task, logprobs: Sequence[float]) -> str:

@@ -155,6 +155,10 @@ class AiScore(AIFunction):
         low, high = options.scale
         return Task(self, FRAMING, tuple(str(v) for v in range(low, high + 1)))
 
+    def possible_values(self, options: ScoreOptions) -> tuple[Any, ...]:
+        """The scale's ends (an answer is an expectation between them)."""
+        return tuple(float(v) for v in options.scale)
+
     decides = True
     quality_name = "mean absolute error (negated: higher is better)"
 

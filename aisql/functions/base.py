@@ -377,6 +377,12 @@ class AIFunction:
         or the embedding model's vector size (`dimension`) shape it (a STRUCT, a FLOAT[n])."""
         return self.sql_type, self.arrow_type
 
+    def possible_values(self, options: Options) -> tuple[Any, ...]:
+        """Every value a call can answer, where they form a small closed set (AI.IF's booleans,
+        AI.CLASSIFY's labels, AI.SCORE's scale ends); () where any text or number may come. The
+        SQL around the call is tried on them before the first prompt (executor.node.downstream)."""
+        return (True, False) if self.sql_type == "BOOLEAN" else ()
+
     def __repr__(self) -> str:
         return f"<AI function {self.name}>"
 

@@ -91,18 +91,19 @@ def parse_script(source: SourceText, dialect: str | None = None, resources=None)
         if ast is not None:
             _plain_text_literals(ast, (dialect or DEFAULT).lower())
     split = _split_statements(parsed_source, tokens, asts, (dialect or DEFAULT).lower())
-    statements = _vendor_rewrites(split, source, taken, resources if resources is not None else flockmtl.FlockResources())
+    statements = _vendor_rewrites(split, source, taken, resources if resources is not None else flockmtl.FlockResources(), (dialect or DEFAULT).lower())
     if not statements:
         raise SqlSyntaxError("the query has no statement, only comments")
     return statements
 
 
-def _vendor_rewrites(statements: list[Statement], source: SourceText, taken: list[tuple[int, str]], resources) -> list[Statement]:
+def _vendor_rewrites(statements: list[Statement], source: SourceText, taken: list[tuple[int, str]], resources, dialect: str) -> list[Statement]:
     """Vendor spellings read as aisql's, in script order: FlockMTL's resource statements taken
     (each answering one row that says what it did) and its llm_* calls made AI functions
     (aisql.sql.flockmtl); multi-label classification (multi_label) and BigQuery's table-valued
-    generation (table_functions) rewritten."""
-    from aisql.sql import flockmtl, multi_label, table_functions
+    generation (table_functions) rewritten; Snowflake's VARIANT paths on AI_CLASSIFY read on the
+    object Snowflake returns (snowflake_variants)."""
+    from aisql.sql import flockmtl, multi_label, snowflake_variants, table_functions
 
     kept: list[Statement] = []
     said = len(resources.notes)  # notes before this script (a connection's earlier statements) are said already
@@ -120,6 +121,8 @@ def _vendor_rewrites(statements: list[Statement], source: SourceText, taken: lis
             continue
         statement = item
         flockmtl.translate(statement.ast, resources, source.at)
+        if dialect == "snowflake":
+            snowflake_variants.translate(statement.ast)
         multi_label.translate(statement.ast, source.at)
         resources.notes.extend(table_functions.translate(statement.ast, source.at))
         notes = tuple(resources.notes[said:])
