@@ -138,3 +138,64 @@ def test_labelled_examples_replace_the_label_free_warnings_with_their_own_verdic
     assert any(w for _, w in signal_lines(stats(0.30, 0.60, per_label=three)))  # chance 1/3 for three labels
     assert not any(w for _, w in signal_lines(stats(0.40, 0.70, per_label=three)))
     assert any(w for _, w in signal_lines(stats(-0.1, 0.4, metric="Spearman")))
+
+
+def _classify_node(answers: list[tuple[str, list[float]]], labels: list[str], own: list[str] | None = None) -> NodeStats:
+    """A CLASSIFY node fed as the runtime feeds it: each distinct answer's signal, then its value."""
+    node = NodeStats(node="ai_1", function="AI.CLASSIFY(...)", strategy="prefetch", labels=labels)
+    for i, (value, probabilities) in enumerate(answers):
+        import math
+
+        answer = Answer(value, 10, logprobs=tuple(math.log(p) for p in probabilities))
+        node.count_signal(answer, None if own is None else own[i])
+        node.count_values((value,))
+    return node
+
+
+def test_a_classifier_collapsed_onto_one_label_warns_and_suggests_examples():
+    """The newcomer's case: 'delivery' for 90% of the e-mails, two labels never chosen — the model
+    gives 'delivery' well under 90% probability: its likeliest label leans; examples shift it."""
+    labels = ["delivery", "billing", "cancellation", "technical", "product"]
+    leaning = [0.45, 0.2, 0.15, 0.1, 0.1]
+    answers = [("delivery", leaning)] * 45 + [("billing", [0.2, 0.45, 0.15, 0.1, 0.1])] * 3 + [("cancellation", [0.2, 0.15, 0.45, 0.1, 0.1])] * 2
+    said = signal_lines(RunStats(model="m", model_note=None, mode="planned", nodes=[_classify_node(answers, labels)]))
+    warnings = [text for text, warning in said if warning]
+    assert len(warnings) == 1
+    assert "'delivery' for 90% of 50 prompts while the model gives it 42% probability on average" in warnings[0]
+    assert "never chosen: 'technical', 'product'" in warnings[0] and "examples =>" in warnings[0]
+    spread = [("delivery", [0.7, 0.1, 0.1, 0.05, 0.05])] * 20 + [("billing", [0.1, 0.7, 0.1, 0.05, 0.05])] * 15 + [("cancellation", [0.1, 0.1, 0.7, 0.05, 0.05])] * 15
+    assert not any(w for _, w in signal_lines(RunStats(model="m", model_note=None, mode="planned", nodes=[_classify_node(spread, labels)])))
+    even = [(labels[i % 5], [0.2, 0.2, 0.2, 0.2, 0.2]) for i in range(40)]  # every row read alike
+    flat = [text for text, w in signal_lines(RunStats(model="m", model_note=None, mode="planned", nodes=[_classify_node(even, labels)])) if w]
+    assert len(flat) == 1 and "nearly even for most rows" in flat[0]
+
+
+def test_signals_are_read_on_the_models_own_answers_not_silenced_by_the_examples_rule():
+    """Examples' offsets spread the labels; the collapse is still said — as a warning while the
+    examples cannot show the rule beats chance, as information once they do."""
+    labels = ["a", "b", "c"]
+    own = ["a"] * 40
+    after = [labels[i % 3] for i in range(40)]
+    node = _classify_node([(v, [0.6, 0.2, 0.2]) for v in after], labels, own=own)
+    chosen = {"name": "offsets", "rule": "offsets on the labels", "quality": 0.5, "low": None, "high": None, "how": "held out"}
+    node.decision = {"source": "examples", "examples": 12, "per_label": {"a": 4, "b": 4, "c": 4}, "metric": "balanced accuracy", "chosen": "offsets", "rule": "offsets", "candidates": [chosen]}
+    warned = [text for text, w in signal_lines(RunStats(model="m", model_note=None, mode="planned", nodes=[node])) if w]
+    assert len(warned) == 1 and "the model's own labels, before the examples' rule" in warned[0] and "'a' for 100% of 40" in warned[0]
+    chosen.update(quality=0.7, low=0.52, high=0.85)
+    said = signal_lines(RunStats(model="m", model_note=None, mode="planned", nodes=[node]))
+    assert not any(w for _, w in said)
+    assert any("alone carry little signal" in text and "the labelled examples' rule answers instead" in text for text, _ in said)
+    chosen.update(quality=0.4, low=0.2, high=0.6)  # reaches chance (1/3): the examples' verdict
+    warned = [text for text, w in signal_lines(RunStats(model="m", model_note=None, mode="planned", nodes=[node])) if w]
+    assert len(warned) == 1 and "no measurable signal on its 12 labelled examples" in warned[0]
+
+
+def test_bunched_scores_are_read_before_the_examples_map():
+    node = NodeStats(node="ai_1", function="AI.SCORE(...)", strategy="prefetch", labels=["1", "2", "3", "4", "5"])
+    for i in range(30):
+        own = 3.0 + 0.01 * (i % 3)  # the model scores every row alike
+        node.count_signal(Answer(1.0 + (i % 5), 10), own)  # a monotone map spread them over the scale
+        node.count_values((1.0 + (i % 5),))
+    node.decision = {"source": "examples", "examples": 16, "per_label": {}, "metric": "Spearman", "chosen": "map", "rule": "a map", "candidates": [{"name": "map", "rule": "a map", "quality": 0.2, "low": None, "high": None, "how": "held out"}]}
+    warned = [text for text, w in signal_lines(RunStats(model="m", model_note=None, mode="planned", nodes=[node])) if w]
+    assert len(warned) == 1 and "bunched" in warned[0] and "before the examples' map" in warned[0]

@@ -216,9 +216,10 @@ class NodeRuntime:
             self.stats.count_values(answers.values)
         elif self._generates:
             self.stats.count_generated(answers.values)
-        if self.task.decision is not None:
+        if self.call.function.decides:
             own_value = self._own_value()
-            self.stats.answers_changed += sum(1 for answer in answers.answers() if own_value(answer) not in (None, answer.value))
+            for answer in answers.answers():
+                self.stats.count_reading(answer, own_value(answer))
 
     @functools.cached_property
     def _generates(self) -> bool:

@@ -74,13 +74,46 @@ class NodeStats:
     # The typed generators (AI.GENERATE_BOOL / _INT / _DOUBLE): distinct prompts per value, as
     # AI.CLASSIFY's labels are counted (numbers rounded to 0.1), so they get a quality line too.
     generated_values: dict[str, int] = field(default_factory=dict)
+    # AI.CLASSIFY / AI.SCORE read on the model's own answers, whatever rule the node answers by: the
+    # values under the likeliest label (or AI.SCORE's expectation) where a rule changes them, each
+    # label's probability summed over the distinct prompts, and the distributions' entropy (as a
+    # share of the most a distribution over the labels can have) summed — so a signal is computed
+    # on what the model read, not silenced by what labelled examples changed.
+    own_value_counts: dict[str, int] = field(default_factory=dict)
+    label_probability_sums: list[float] = field(default_factory=list)
+    label_entropy_sum: float = 0.0
+    label_distributions: int = 0
 
     def count_signal(self, answer, own_value=None) -> None:
         """One distinct answer's signal (an AI.IF answer cached before P(Yes) was kept has none);
         `own_value`: the likeliest label's value where the node's rule is another one."""
         self._count_signals((answer.value,), (answer.p_yes,))
+        self.count_reading(answer, own_value)
+
+    def count_reading(self, answer, own_value=None) -> None:
+        """What the model read in one distinct answer, beside the rule's value: its own value where
+        the rule changed it, and its label distribution."""
         if own_value is not None and own_value != answer.value:
             self.answers_changed += 1
+        if own_value is not None:
+            key = _value_key(own_value)
+            self.own_value_counts[key] = self.own_value_counts.get(key, 0) + 1
+        if answer.logprobs is not None and len(answer.logprobs) > 1:
+            self._count_distribution(answer.logprobs)
+
+    def _count_distribution(self, logprobs) -> None:
+        top = max(logprobs)
+        weights = [math.exp(lp - top) for lp in logprobs]
+        total = math.fsum(weights)
+        probabilities = [w / total for w in weights]
+        sums = self.label_probability_sums
+        if len(sums) != len(probabilities):
+            sums[:] = [0.0] * len(probabilities)
+            self.label_entropy_sum, self.label_distributions = 0.0, 0
+        for i, p in enumerate(probabilities):
+            sums[i] += p
+        self.label_entropy_sum += -math.fsum(p * math.log(p) for p in probabilities if p > 0) / math.log(len(probabilities))
+        self.label_distributions += 1
 
     def count_signals(self, answers) -> None:
         """count_signal of each answer of a shard's columns (aisql.executor.store.answer_store.AnswerColumns)."""
@@ -90,7 +123,7 @@ class NodeStats:
         """Distinct answers of a labelled function other than AI.IF (AI.CLASSIFY's labels, AI.SCORE's values)."""
         counts = self.value_counts
         for value in values:
-            key = f"{value:.1f}" if isinstance(value, float) else str(value)
+            key = _value_key(value)
             counts[key] = counts.get(key, 0) + 1
 
     def count_generated(self, values) -> None:
@@ -141,6 +174,10 @@ class NodeStats:
             setattr(self, name, getattr(self, name) + getattr(counts, name))
         self.add_engine(counts.work)
         add_worker_counts(self.workers, counts.workers)
+
+
+def _value_key(value) -> str:
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
 
 
 NEAR_BOUNDARY = 0.1  # P(Yes) in [0.4, 0.6]: the model barely prefers one answer

@@ -28,12 +28,21 @@ SIGNAL_MIN = 20
 NEAR_CHANCE_SHARE = 0.45  # this share of answers at P(Yes) 0.4-0.6: the model is close to guessing
 ONE_SIDED_SHARE = 0.95  # this share of answers on one side: the question was likely not read, or the model defaults
 FLAT_LOG_ODDS_SD = 0.25  # log-odds of P(Yes) spread less than this across prompts: the answers barely depend on the data
-# AI.CLASSIFY: one label for this share of the distinct prompts (not validated beyond one task: GGR products)
-DOMINANT_LABEL_SHARE = 0.95
+# AI.CLASSIFY: one label for this share of the distinct prompts, or label distributions nearly even
+# (mean entropy this share of the most). Measured on 14 labelled task x model pairs (RESULTS.md §36,
+# benchmarks/signal_quality.py): the share at 0.85 fires on 6 of the 7 pairs whose balanced accuracy
+# is within 0.15 of chance and on none of the 7 above (0.95 caught 5 of 7); the entropy at 0.9 on 1
+# of the 7 and none above (at 0.85 it would be a hair from Qwen2.5-0.5B's useful sembench_rating, 0.84).
+DOMINANT_LABEL_SHARE = 0.85
+FLAT_LABEL_ENTROPY = 0.9
 # AI.SCORE: values spread less than this share of the scale's width (standard deviation; SemBench Q9:
 # SmolLM2 0.11 on 1-5, Spearman 0.07 with the critics; Qwen2.5-0.5B 0.56, Spearman 0.57)
 BUNCHED_SCORE_SHARE = 0.06
 TRY = "give a few labelled rows (examples => (SELECT ..., label FROM ...)), rephrase the question, or use a larger model (--model)"
+TRY_COLLAPSED = (
+    "a few labelled rows (examples => (SELECT ..., label FROM ...)) learn how far to shift each label, "
+    "which often fixes a model that leans to one label; else rephrase the labels or the question, or use a larger model (--model)"
+)
 TRY_GENERATED = "rephrase the question, or use a larger model (--model)"
 TRY_LABELLED = "label more rows (aisql label), rephrase the question, or use a larger model (--model)"
 
@@ -71,10 +80,33 @@ def quality_lines(stats: RunStats | Iterable[NodeStats]) -> list[QualityLine]:
                 )
             )
         if (node.decision or {}).get("source") == "examples":
-            # Labelled examples measure what the label-free signals can only guess: their verdict
-            # replaces the label-free warnings (answers under labels need not follow P(Yes)).
-            lines[before:] = [line for line in lines[before:] if not line.warning] + _examples_warning(node)
+            lines[before:] = _under_examples(node, lines[before:])
     return lines
+
+
+def _under_examples(node: NodeStats, lines: list[QualityLine]) -> list[QualityLine]:
+    """Labelled examples measure what the label-free signals can only guess. Where the rule they
+    chose is measured above chance, a label-free warning (read on the model's own answers) is said
+    as information — the rule answers instead; where its interval reaches chance, the examples'
+    verdict replaces them (it is measured); with no interval, they stay."""
+    verdict = _examples_warning(node)
+    if verdict:
+        return [line for line in lines if not line.warning] + verdict
+    if not _examples_measured(node):
+        return lines
+    return [line if not line.warning else QualityLine(line.node, _without_advice(line.text) + "; the labelled examples' rule answers instead", False) for line in lines]
+
+
+def _without_advice(text: str) -> str:
+    for advice in (TRY, TRY_COLLAPSED, TRY_GENERATED):
+        text = text.replace(f"; {advice}", "")
+    return text.replace("carry little signal", "alone carry little signal", 1)
+
+
+def _examples_measured(node: NodeStats) -> bool:
+    report = node.decision or {}
+    chosen = next((c for c in report.get("candidates") or [] if c["name"] == report.get("chosen")), None)
+    return chosen is not None and chosen.get("low") is not None
 
 
 def _examples_warning(node: NodeStats) -> list[QualityLine]:
@@ -137,19 +169,22 @@ def _yes_no_lines(node: NodeStats) -> list[QualityLine]:
 
 
 def _labelled_lines(node: NodeStats) -> list[QualityLine]:
+    """AI.CLASSIFY's labels or AI.SCORE's values: the answers' spread, and the warnings read on the
+    model's own answers (before any rule from examples: a monotone map widens AI.SCORE's spread
+    without adding a ranking, an offset moves labels without reading the rows better)."""
     counts = node.value_counts
+    own = node.own_value_counts or counts
     total = sum(counts.values())
     numeric = _numeric(counts)
     if numeric is not None:  # AI.SCORE: values
-        values = [(v, c) for v, c in numeric]
-        mean = math.fsum(v * c for v, c in values) / total
-        sd = math.sqrt(max(math.fsum(c * (v - mean) ** 2 for v, c in values) / total, 0.0))
-        low, high = min(v for v, _ in values), max(v for v, _ in values)
+        low, high, sd = _spread(numeric)
         lines = [QualityLine(node.node, f"{node.node} {node.function}: values {low:g} to {high:g} over {total:,} distinct prompts (sd {sd:.2f})", False)]
         width = _scale_width(node)
-        if width and total >= SIGNAL_MIN and sd < BUNCHED_SCORE_SHARE * width:
+        own_sd = _spread(_numeric(own) or numeric)[2]
+        if width and total >= SIGNAL_MIN and own_sd < BUNCHED_SCORE_SHARE * width:
+            whose = " (the model's own scores, before the examples' map)" if own is not counts else ""
             lines.append(
-                QualityLine(node.node, f"{node.node}'s scores are bunched: sd {sd:.2f} on a scale {width:g} wide, most prompts score alike; {TRY}", True)
+                QualityLine(node.node, f"{node.node}'s scores are bunched: sd {own_sd:.2f} on a scale {width:g} wide{whose}, most prompts score alike; {TRY}", True)
             )
         return lines
     top, top_count = max(counts.items(), key=lambda kv: kv[1])
@@ -162,9 +197,40 @@ def _labelled_lines(node: NodeStats) -> list[QualityLine]:
             False,
         )
     ]
-    if total >= SIGNAL_MIN and top_count / total >= DOMINANT_LABEL_SHARE:
-        lines.append(QualityLine(node.node, f"{node.node}'s answers carry little signal: {top!r} for {top_count / total:.0%} of {total:,} prompts; {TRY}", True))
-    return lines
+    return lines + _collapse_lines(node, own) if total >= SIGNAL_MIN else lines
+
+
+def _collapse_lines(node: NodeStats, own: dict[str, int]) -> list[QualityLine]:
+    """AI.CLASSIFY collapsed onto one label, or reading every row alike (measured: RESULTS.md §36)."""
+    total = sum(own.values())
+    top, top_count = max(own.items(), key=lambda kv: kv[1])
+    reasons = []
+    if top_count / total >= DOMINANT_LABEL_SHARE:
+        mean = _mean_probability(node, top)
+        believed = f" while the model gives it {mean:.0%} probability on average" if mean is not None else ""
+        unused = [label for label in node.labels if label not in own]
+        never = f"; never chosen: {', '.join(repr(u) for u in unused)}" if unused else ""
+        reasons.append(f"{top!r} for {top_count / total:.0%} of {total:,} prompts{believed}{never} (unless the rows really are that alike)")
+    if node.label_distributions >= SIGNAL_MIN and node.label_entropy_sum / node.label_distributions >= FLAT_LABEL_ENTROPY:
+        reasons.append(f"the labels' probabilities are nearly even for most rows (entropy {node.label_entropy_sum / node.label_distributions:.0%} of the most)")
+    if not reasons:
+        return []
+    whose = " (the model's own labels, before the examples' rule)" if own is not node.value_counts else ""
+    return [QualityLine(node.node, f"{node.node}'s answers carry little signal{whose}: {'; '.join(reasons)}; {TRY_COLLAPSED}", True)]
+
+
+def _mean_probability(node: NodeStats, label: str) -> float | None:
+    if not node.label_distributions or label not in node.labels or len(node.label_probability_sums) != len(node.labels):
+        return None
+    return node.label_probability_sums[node.labels.index(label)] / node.label_distributions
+
+
+def _spread(values: list[tuple[float, int]]) -> tuple[float, float, float]:
+    """(lowest, highest, standard deviation) of counted values."""
+    total = sum(c for _, c in values)
+    mean = math.fsum(v * c for v, c in values) / total
+    sd = math.sqrt(max(math.fsum(c * (v - mean) ** 2 for v, c in values) / total, 0.0))
+    return min(v for v, _ in values), max(v for v, _ in values), sd
 
 
 def _typed_lines(node: NodeStats) -> list[QualityLine]:
