@@ -199,3 +199,15 @@ def test_bunched_scores_are_read_before_the_examples_map():
     node.decision = {"source": "examples", "examples": 16, "per_label": {}, "metric": "Spearman", "chosen": "map", "rule": "a map", "candidates": [{"name": "map", "rule": "a map", "quality": 0.2, "low": None, "high": None, "how": "held out"}]}
     warned = [text for text, w in signal_lines(RunStats(model="m", model_note=None, mode="planned", nodes=[node])) if w]
     assert len(warned) == 1 and "bunched" in warned[0] and "before the examples' map" in warned[0]
+
+
+def test_an_estimate_from_labelled_rows_is_never_shown_bare():
+    from aisql.executor.report.signals import examples_line, with_interval
+
+    assert with_interval(0.537, 0.31, 0.74) == "0.54 [0.31, 0.74]"
+    assert with_interval(0.537, None, None) == "0.54 (too few examples to tell how sure)"
+    report = {"examples": 6, "per_label": {"a": 3, "b": 3}, "metric": "balanced accuracy", "chosen": "offsets", "rule": "offsets",
+              "candidates": [{"name": "offsets", "rule": "offsets", "quality": 0.537, "low": None, "high": None, "how": "held out"},
+                             {"name": "own", "rule": "the likeliest label", "quality": 0.475, "low": 0.3, "high": 0.6, "how": "on the examples"}]}
+    line = examples_line(report)
+    assert "0.54 (too few examples to tell how sure)" in line and "0.47 [0.30, 0.60]" in line

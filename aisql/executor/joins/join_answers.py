@@ -302,4 +302,6 @@ def _shown(value: float | None) -> str:
 
 
 def _interval(figure: dict) -> str:
-    return f"{figure['f1']:.2f} [{figure['low']:.2f}, {figure['high']:.2f}]"
+    from aisql.executor.report.signals import with_interval
+
+    return with_interval(figure["f1"], figure.get("low"), figure.get("high"))

@@ -340,4 +340,11 @@ def _estimate(candidate: dict, negate: bool) -> str:
         return "n/a"
     if negate:
         value, low, high = -value, (None if high is None else -high), (None if low is None else -low)
-    return f"{value:.2f}" + (f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else "")
+    return with_interval(value, low, high)
+
+
+def with_interval(value: float, low: float | None, high: float | None) -> str:
+    """An estimate from labelled rows, never bare: with its 95% interval, or saying it has none."""
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return f"{value:.2f} (too few examples to tell how sure)"
+    return f"{value:.2f} [{low:.2f}, {high:.2f}]"
