@@ -365,7 +365,7 @@ def run(
 
 @main.command()
 @_apply(_common)
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "html", "svg"]), default="text", show_default=True, help="html / svg: the plan tree as a page or a picture, for a browser or a report.")
 @click.option("--model", metavar="SPEC", help="The model to estimate for (its tokenizer and shape; no weights are loaded). " + MODEL_FORMS)
 @click.option("--sample", type=int, default=0, show_default=True, metavar="N", help="Measure each AI predicate's selectivity on N prompts (runs the model).")
 @click.option("--workers", type=click.IntRange(min=1), metavar="N", help="Also show how each AI node's prompts would be cut into shards for N engine workers (nothing is started).")
@@ -394,6 +394,10 @@ def explain(query_file, sql, db, read_only, tables, dialect, params, debug, fmt,
         con.close()
     if fmt == "json":
         click.echo(json.dumps(explanation.to_dict(), indent=2))
+    elif fmt == "html":
+        click.echo(explanation._repr_html_())
+    elif fmt == "svg":
+        click.echo(explanation.to_svg())
     else:
         Console(highlight=False).print(explanation.tree())
 

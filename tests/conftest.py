@@ -91,7 +91,7 @@ def shaken_tiny_model(directory: Path, noise: float, seed: int) -> str:
 # would pass CI while testing nothing. Where the project's own files install it, such a skip is
 # a failure. Skips for what CI cannot have stay skips: a vLLM venv, a torch build's kernels,
 # ../shared beside the checkout, GGUFs fetched by hand.
-EXPECTED_SKIPS = ("AISQL_VLLM_PYTHON", "oneDNN", "flash attention", "../shared", "not fetched")
+EXPECTED_SKIPS = ("AISQL_VLLM_PYTHON", "oneDNN", "flash attention", "../shared", "not fetched", "no headless browser")
 
 
 @pytest.hookimpl(hookwrapper=True)

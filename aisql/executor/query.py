@@ -56,6 +56,12 @@ class QueryResult:
 
         return f"<QueryResult {summary_line(self)}>"
 
+    def _repr_html_(self) -> str:
+        """In Jupyter: the rows as a table, the summary line, the quality lines and warnings."""
+        from aisql.executor.report.notebook import result_html
+
+        return result_html(self)
+
 
 def approximate_targets(value: bool | dict | None):
     """RunRequest.approximate as cascade Targets (None: exact)."""

@@ -94,6 +94,15 @@ class Explanation:
         console.print(self.tree())
         return console.export_html(inline_styles=True)
 
+    def to_svg(self, title: str = "aisql explain") -> str:
+        """The tree as an SVG picture (prompts, tokens, time and $ per node, as the terminal
+        shows them): `aisql explain --format svg > plan.svg`, opened in any browser."""
+        from rich.console import Console
+
+        console = Console(record=True, width=110, file=_Discard(), force_terminal=True)
+        console.print(self.tree())
+        return console.export_svg(title=title)
+
     def to_dict(self) -> dict:
         data = {"statements": [plan_to_dict(p, e, self.shard_plans, self.proxies, self.decisions) for p, e in zip(self.plans, self.estimates)]}
         if self.notes:
