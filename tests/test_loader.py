@@ -44,6 +44,7 @@ def test_default_model_falls_back_to_smollm2_when_installed(offline, monkeypatch
     model = resolve_model(None, warn=warnings.append)  # resolving converts and loads nothing
     assert (model.name, model.backend, model.location) == ("smollm2", "gguf", str(fake))
     assert len(warnings) == 1 and DEFAULT_MODEL in warnings[0] and "smollm2" in warnings[0] and "tiny" not in warnings[0]
+    assert not warnings[0].startswith("warning")  # a real model answers: a note, not a warning
     resolve_model(None, warn=warnings.append)
     assert len(warnings) == 1  # once a day per cache directory, not on every run
     monkeypatch.setenv("AISQL_CACHE_DIR", str(tmp_path / "another-cache"))
@@ -135,3 +136,27 @@ def test_a_cached_snapshot_is_found_without_the_network(offline, tmp_path, monke
     with pytest.raises(ModelError, match="unreachable"):  # no weights in it: not enough to load
         monkeypatch.setattr(loader, "_reachable", lambda endpoint: False)
         loader.hub_snapshot("org/m", weights=True)
+
+
+def test_the_default_model_is_decided_from_local_files_without_a_network_attempt(offline, monkeypatch, tmp_path):
+    """No probe of the Hub, no download nobody asked for: offline or not, the default is what is on
+    disk — and explain names the model the run will use."""
+    import socket
+
+    import aisql
+    from aisql.engine.model import gguf, hub
+    from aisql.engine.model.resolving import resolve_model
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the default model's resolution tried the network")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(hub, "snapshot_download", no_network, raising=False)
+    monkeypatch.setenv("AISQL_CACHE_DIR", str(tmp_path / "cache"))
+    fake = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    fake.write_bytes(b"GGUF")
+    monkeypatch.setattr(gguf, "smollm2_file", lambda: fake)
+    assert resolve_model(None).name == "smollm2"
+    con = aisql.connect(cache=False)
+    assert con.session.model_name() == "smollm2"
+    con.close()

@@ -22,7 +22,7 @@ from aisql.engine.model.loader import load_model_facts, load_resolved
 from aisql.engine.model.resolving import ResolvedModel, resolve_model, resolve_model_spec
 from aisql.engine.options import EngineOptions
 from aisql.engine.model.numerics import cuda_available
-from aisql.errors import AisqlWarning
+from aisql.errors import AisqlWarning, ModelError
 from aisql.executor.store.answer_store import AnswerStore
 from aisql.executor.store.cache import open_answer_store
 
@@ -192,8 +192,15 @@ class ModelSession:
         return self._facts
 
     def model_name(self) -> str:
-        """The model this session means, by name, without resolving it."""
-        return resolve_model_spec(self.model_spec)[0]
+        """The model this session's runs use, by name: resolved (from local files only, nothing
+        loaded), so explain names the model the run will use — the default's fallback included."""
+        name, is_default = resolve_model_spec(self.model_spec)
+        if not is_default:  # as the user gave it (a Hub model is not fetched to be named)
+            return name
+        try:
+            return self.resolved_model.name
+        except ModelError:  # the run says why
+            return name
 
     def default_hardware(self) -> str:
         """The cost profile of this machine's kind (torch is asked only where a GPU may exist)."""

@@ -24,7 +24,7 @@ def hub_snapshot(repo_id: str, weights: bool = True) -> Path:
     The local cache is read by its documented layout (refs/main -> snapshots/<commit>) without
     importing huggingface_hub's download machinery; an unreachable Hub is remembered for an hour
     (HUB_NEGATIVE_TTL_S), so an offline machine does not wait on a probe at every run."""
-    local = _cached_snapshot(repo_id, weights)
+    local = cached_snapshot(repo_id, weights)
     if local is not None:
         return local
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
@@ -44,7 +44,7 @@ def hub_snapshot(repo_id: str, weights: bool = True) -> Path:
 HUB_NEGATIVE_TTL_S = 3600.0
 
 
-def _cached_snapshot(repo_id: str, weights: bool) -> Path | None:
+def cached_snapshot(repo_id: str, weights: bool) -> Path | None:
     """The Hugging Face cache's snapshot of `repo_id` (its main revision, else the newest), if it
     holds a configuration (and weights, when asked)."""
     folder = _hub_cache() / ("models--" + repo_id.replace("/", "--"))

