@@ -134,8 +134,9 @@ def decide(model_key: str, run_trial: Callable[[str], Trial], notify: Callable[[
     kind = cpu_kind()
     say = notify or (lambda line: None)
     say(
-        f"note: choosing numerics for this model on this CPU ({kind.describe()}), once: float32 vs bfloat16 "
-        f"on {len(calibration_questions())} calibration questions"
+        f"note: first run of this model on this CPU ({kind.describe()}): answering {len(calibration_questions())} short yes/no "
+        "questions in full precision (float32) and in half precision (bfloat16) to keep the faster one only if it gives "
+        "the same answers; done once, remembered for every later run (--dtype float32 skips it)"
     )
     started = time.perf_counter()
     labels = [answer for _, answer in calibration_questions()]
@@ -172,7 +173,7 @@ def decide(model_key: str, run_trial: Callable[[str], Trial], notify: Callable[[
         decision.trials[1]["max_margin_change"] = round(changes[-1], 4)  # sets the float32 tie margin (tie_confirmation)
         decision.trials[1]["projected_agreement"] = round(projected, 4)
     save_cache_file(decision_path(model_key, kind), json.dumps(asdict(decision), indent=2))
-    say(f"note: numerics chosen in {time.perf_counter() - started:.0f} s: {dtype} ({reason})")
+    say(f"note: number format chosen in {time.perf_counter() - started:.0f} s: {dtype} ({reason})")
     return decision
 
 
