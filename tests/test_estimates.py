@@ -113,3 +113,52 @@ def test_a_never_loaded_model_gets_a_load_estimate_from_other_loads(tmp_path):
     throughput.record("openai:x@http://h/v1", "planned", 1000, 1.0, load_s=0.5, path=path, weight_bytes=10**6)  # a server: not a load
     seconds, loads = throughput.estimated_load(2500 * 10**6, path)
     assert loads == 2 and abs(seconds - 12.0) < 1e-6  # 7 s + 2 s per GB
+
+
+def test_prefill_and_decode_are_measured_apart_and_other_models_priced_from_them(tmp_path):
+    """Generation priced at the scoring rate was 2x low for Qwen2.5-0.5B (issue 60): a planned
+    run's scoring nodes give the prefill rate, its generating nodes the decode rate (their time
+    less their prompts' prefill); a model not run here is scaled from the nearest one measured."""
+    from aisql.executor.report.run_stats import NodeStats
+
+    path = tmp_path / "throughput.json"
+    scoring = NodeStats(node="ai_1", function="AI.IF(...)", strategy="prefetch", computed_tokens=4000, wall_s=2.0)
+    generating = NodeStats(node="ai_2", function="AI.GENERATE(...)", strategy="prefetch", computed_tokens=1400, generated_tokens=400, wall_s=4.5)
+    phases = throughput._phases([scoring, generating])
+    throughput.record("small", "planned", 5400, 6.5, path=path, phases=phases, shape={"params": 100 * 10**6, "weight_bytes": 400 * 10**6, "model": "small"})
+    small = throughput.lookup("small", path=path)
+    assert small.prefill_tokens_per_s == 2000.0  # 4000 tokens in 2 s
+    assert small.decode_tokens_per_s == 100.0  # 400 generated in 4.5 s less 1000 prompt tokens at 2000/s
+    bigger = throughput.scaled(None, 400 * 10**6, 800 * 10**6, path=path)
+    assert bigger.prefill_tokens_per_s == 500.0 and bigger.decode_tokens_per_s == 50.0  # 4x the parameters, 2x the bytes
+    assert "scaled from small" in bigger.source
+    assert throughput.scaled(throughput._key("small"), 100 * 10**6, 400 * 10**6, path=path) is None  # not from itself
+
+
+def test_generation_is_priced_at_the_decode_rate():
+    import dataclasses
+
+    from aisql.planner.cost import _side
+    from aisql.planner.hardware import hardware_profile
+    from aisql.planner.statistics import TokenProfile
+    from aisql.engine.base import ModelProfile
+
+    model = ModelProfile(name="m", params=100 * 10**6, layers=12, attention_width=768, kv_bytes_per_token=1000, weight_bytes=400 * 10**6)
+    tokens = TokenProfile(shared=20.0, segments=(30.0,), tail=0.0, output_tokens=17.0)
+    hw = dataclasses.replace(hardware_profile("cpu", cpu=lambda: (4e10, 1e10)), planned_tokens_per_s=2000.0)
+    prefill_only = _side(10, 500 + 160, 0.0, hw, model, tokens, batched=True)
+    with_decode = _side(10, 500 + 160, 0.0, dataclasses.replace(hw, decode_tokens_per_s=40.0), model, tokens, batched=True)
+    assert with_decode.time_s == 500 / 2000 + 160 / 40  # 16 decode steps x 10 prompts at 40/s
+    assert prefill_only.time_s > 660 / 2000  # decode not priced at the prefill rate when unmeasured
+
+
+def test_a_gguf_conversion_is_priced_from_the_ones_measured_here(tmp_path, monkeypatch):
+    from aisql.engine.model import first_run
+
+    monkeypatch.setenv("AISQL_CACHE_DIR", str(tmp_path))
+    reference = first_run.conversion_estimate(196_000_000)
+    assert reference.seconds == 52.0 and "reference measurement" in reference.how
+    first_run.remember_conversion(100_000_000, 10.0)
+    first_run.remember_conversion(300_000_000, 30.0)
+    measured = first_run.conversion_estimate(500_000_000)
+    assert measured.seconds == 50.0 and "2 conversions measured here" in measured.how

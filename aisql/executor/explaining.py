@@ -71,6 +71,7 @@ def explain_script(
         cache_note=cache_note or ("every answer is in the result cache: no model load, no model time" if all_cached else None),
         measured_load=measured.load if measured else None,
     )
+    explanation.first_run = _first_run(session, profile, has_ai and not all_cached)
     explanation.proxies = _proxies(plans, session, con)
     explanation.decisions = _decisions(plans, session, con)
     explanation.notes = routes.notes
@@ -119,10 +120,38 @@ def _load_figure(session: ModelSession, measured, has_ai: bool) -> tuple[float |
     if measured is not None and measured.load_s is not None:
         return measured.load_s, None
     try:
-        estimate = throughput.estimated_load(session.facts().profile.weight_bytes)
+        weight_bytes = session.facts().profile.weight_bytes
     except AisqlError:
         return None, None
-    return (estimate[0], estimate[1]) if estimate else (None, None)
+    estimate = throughput.estimated_load(weight_bytes)
+    return (estimate[0], estimate[1]) if estimate else (throughput.reference_load(weight_bytes), 0)
+
+
+def _first_run(session: ModelSession, profile, has_ai: bool) -> list:
+    """One-time work the run will do before its first answer, when it will: a GGUF file's
+    conversion, the number-format trial (--dtype auto meeting this model on a bfloat16 CPU)."""
+    from pathlib import Path
+
+    from aisql.engine.model import first_run
+    from aisql.engine.model.auto_numerics import trial_tokens
+    from aisql.engine.model.gguf import is_converted
+
+    if not has_ai or session.loaded:
+        return []
+    try:
+        model = session.model_for_planning()
+    except AisqlError:
+        return []
+    costs = []
+    if model.backend == "gguf" and not is_converted(Path(model.location)):
+        costs.append(first_run.conversion_estimate(Path(model.location).stat().st_size))
+    if model.backend in ("hf", "gguf") and session.known_fingerprint() is None:
+        rate, how = profile.planned_tokens_per_s, profile.speed_source or "measured"
+        if not rate:
+            params = session.facts().profile.params
+            rate, how = profile.peak_flops * profile.efficiency / (2.0 * params), "from the FLOP model"
+        costs.append(first_run.numerics_trial_estimate(trial_tokens(), rate, how))
+    return costs
 
 
 def _less_cached(plan, estimate, stats: MeasuredStatistics, store, fingerprint: str):

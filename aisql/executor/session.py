@@ -185,11 +185,17 @@ class ModelSession:
         if self._engine is not None:
             return self._engine.facts()
         if self._facts is None:
-            model = self._resolved or self._resolved_for_facts
-            if model is None:
-                model = self._resolved_for_facts = resolve_model(self.model_spec, self._warn, weights=False)
-            self._facts = load_model_facts(model, self.engine_options)
+            self._facts = load_model_facts(self.model_for_planning(), self.engine_options)
         return self._facts
+
+    def model_for_planning(self) -> ResolvedModel:
+        """The resolved model where its configuration and tokenizer are enough (explain): a Hub
+        model's weights are not fetched for it."""
+        if self._resolved is not None:
+            return self._resolved
+        if self._resolved_for_facts is None:
+            self._resolved_for_facts = resolve_model(self.model_spec, self._warn, weights=False)
+        return self._resolved_for_facts
 
     def model_name(self) -> str:
         """The model this session's runs use, by name: resolved (from local files only, nothing

@@ -49,6 +49,7 @@ class Explanation:
     proxies: dict[str, str] = field(default_factory=dict)  # node id -> approximate mode's proxy and why
     decisions: dict[str, str] = field(default_factory=dict)  # node id -> its labelled examples' rule and quality, where known
     notes: list[str] = field(default_factory=list)  # which model answers a model named in the query
+    first_run: list = field(default_factory=list)  # one-time work before the first answer (aisql.engine.model.first_run.FirstRunCost)
 
     def tree(self) -> Tree:
         header = ""
@@ -59,13 +60,21 @@ class Explanation:
                 f"{' measured' if hw.measured else ''}, {hw.memory_bandwidth / 1e9:.0f} GB/s, ${hw.price_per_hour:.2f}/h)"
             )
             if hw.planned_tokens_per_s:
-                header += f" · time calibrated: {hw.planned_tokens_per_s:,.0f} computed tok/s measured with this model"
+                decode = f", decode {hw.decode_tokens_per_s:,.0f} generated tok/s" if hw.decode_tokens_per_s else ""
+                header += f" · time calibrated: {hw.planned_tokens_per_s:,.0f} computed tok/s{decode}, {hw.speed_source or 'measured with this model'}"
                 if self.measured_load is not None and self.measured_load >= BUSY_CORES:
                     header += f" while other work kept ~{self.measured_load:.1f} cores busy (estimates may run high on an idle machine)"
             elif self.model:
                 header += " · time uncalibrated (FLOP model; a run of this model calibrates it)"
+            for cost in self.first_run:
+                header += f" · + first run: {cost.what} ~{cost.seconds:,.0f} s, once ({cost.how})"
             if self.load_s is not None:
-                how = "measured" if self.load_estimated_from is None else f"estimated from {self.load_estimated_from} load{'s' if self.load_estimated_from != 1 else ''} of other models here"
+                loads = self.load_estimated_from
+                how = (
+                    "measured" if loads is None
+                    else "aisql's reference measurement: no model loaded on this machine yet" if loads == 0
+                    else f"estimated from {loads} load{'s' if loads != 1 else ''} of other models here"
+                )
                 header += f" · + model load ~{self.load_s:.1f} s ({how})"
             if self.cache_note:
                 header += f" · {self.cache_note}"
@@ -119,6 +128,9 @@ class Explanation:
             data["model_load_s"] = self.load_s
             data["model_load_measured"] = self.load_estimated_from is None
             data["calibrated_while_busy_cores"] = self.measured_load
+            data["decode_tokens_per_s"] = self.hardware.decode_tokens_per_s
+            data["speed_source"] = self.hardware.speed_source
+            data["first_run"] = {cost.what: round(cost.seconds, 2) for cost in self.first_run}
         data["cache_note"] = self.cache_note
         return data
 

@@ -25,8 +25,10 @@ class Hardware:
     measured: bool = False
     # What the engine achieved with this model in earlier runs (computed tokens per second of
     # AI-node time; aisql.executor.estimates.throughput): when known, time estimates use it, not the FLOPs.
-    planned_tokens_per_s: float | None = None
+    planned_tokens_per_s: float | None = None  # prefill: the scoring rate where measured apart
     naive_tokens_per_s: float | None = None
+    decode_tokens_per_s: float | None = None  # generated tokens per second of decoding, batched
+    speed_source: str | None = None  # whose measurement the rates are ("measured with this model", "scaled from ...")
 
     def with_price(self, price_per_hour: float | None) -> "Hardware":
         if price_per_hour is not None and not (isinstance(price_per_hour, (int, float)) and math.isfinite(price_per_hour) and price_per_hour >= 0):

@@ -5,6 +5,8 @@
 customers.csv  — id, name, country, age, profile (2-4 sentences about a person)
 products.csv   — id, name, category, price, description (2-4 sentences)
 reviews.csv    — id, product_id, rating, review (short reviews; many repeat, as real ones do)
+hot_leads_labels.csv — profile, description, label: customer x product pairs labelled by hand's
+                 rule (leads.py), from customers outside Germany — the examples of hot_leads.sql
 
 The text is written from phrase pools with realistic lengths (profiles ~300 characters,
 descriptions ~250), enough to make prompts of a few hundred tokens.
@@ -14,9 +16,11 @@ from __future__ import annotations
 
 import csv
 import random
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
 FIRST_NAMES = [
     "Maria", "Jonas", "Aisha", "Liam", "Sofia", "Mateo", "Hannah", "Kenji", "Olivia", "Noah",
@@ -169,6 +173,23 @@ def reviews(rng: random.Random, product_rows: list[dict], n: int = 120) -> list[
     return rows
 
 
+LABELLED_PER_ANSWER = 16
+
+
+def lead_labels(customer_rows: list[dict], product_rows: list[dict], per_answer: int = LABELLED_PER_ANSWER) -> list[dict]:
+    """`per_answer` leads and as many non-leads, drawn (seeded) from the pairs of customers outside
+    Germany: what a person would label to teach the query (hot_leads.sql answers Germany's pairs)."""
+    from leads import is_lead
+
+    rng = random.Random(20261207)
+    pairs = [(c, p) for c in customer_rows if c["country"] != "Germany" for p in product_rows]
+    leads = [pair for pair in pairs if is_lead(pair[0]["profile"], pair[1]["name"])]
+    others = [pair for pair in pairs if not is_lead(pair[0]["profile"], pair[1]["name"])]
+    chosen = [(pair, True) for pair in rng.sample(leads, per_answer)] + [(pair, False) for pair in rng.sample(others, per_answer)]
+    rng.shuffle(chosen)
+    return [{"profile": c["profile"], "description": p["description"], "label": str(label).lower()} for (c, p), label in chosen]
+
+
 def write(path: Path, rows: list[dict]) -> None:
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -183,6 +204,7 @@ def main() -> None:
     write(HERE / "customers.csv", customer_rows)
     write(HERE / "products.csv", product_rows)
     write(HERE / "reviews.csv", reviews(rng, product_rows))
+    write(HERE / "hot_leads_labels.csv", lead_labels(customer_rows, product_rows))
 
 
 if __name__ == "__main__":

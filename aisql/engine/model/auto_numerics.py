@@ -105,6 +105,12 @@ def calibration_questions() -> list[tuple[str, bool]]:
     return [(question, bool(answer)) for question, answer in json.loads(text)["questions"]]
 
 
+def trial_tokens() -> int:
+    """About how many tokens the trial runs per number format (its questions, ~4 characters a
+    token, and each prompt's framing): what explain prices it at before a run measures it."""
+    return sum(len(question) // 4 + 24 for question, _ in calibration_questions())
+
+
 def decision_path(model_key: str, kind: CpuKind | None = None) -> Path:
     kind = kind or cpu_kind()
     safe = hashlib.sha256(model_key.encode()).hexdigest()[:16]

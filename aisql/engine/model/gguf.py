@@ -69,8 +69,17 @@ def convert(path: Path, notify: Callable[[str], None] | None = None) -> Path:
     )
     started = time.perf_counter()
     build_directory_once(target, lambda staging: _convert_into(path, staging), f"convert {path.name}")
-    say(f"note: converted {path.name} in {time.perf_counter() - started:.0f} s")
+    seconds = time.perf_counter() - started
+    say(f"note: converted {path.name} in {seconds:.0f} s")
+    from aisql.engine.model.first_run import remember_conversion
+
+    remember_conversion(path.stat().st_size, seconds)
     return target
+
+
+def is_converted(path: Path) -> bool:
+    """Whether a GGUF file's first use (its conversion) is behind it."""
+    return (converted_directory(path) / "config.json").exists()
 
 
 def _size(count: int) -> str:

@@ -5,11 +5,19 @@ time in planned and naive runs, and how long the model took to load — so `expl
 Kept as a small JSON file beside the result cache, keyed by the model's fingerprint (weights,
 quantization, device, dtype) and aisql's version; runs too small to say anything (< 500 computed
 tokens) are not recorded. Explain reads it without torch or the model.
+
+Planned runs are also split by phase, as their costs differ several-fold per token: prefill (the
+scoring nodes' tokens, all read in batched passes) and decode (the generating nodes' generated
+tokens, one pass per token for a whole batch) — a single rate priced generation at the scoring
+rate, 2x low for Qwen2.5-0.5B (issue 60). A model never run here is priced from the models that
+were: prefill in proportion to the parameters multiplied per token, decode to the bytes of weights
+read per pass (`scaled`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +35,9 @@ class Measured:
     load_s: float | None
     runs: int
     load: float | None = None  # cores other work kept busy while the speed was measured (about)
+    prefill_tokens_per_s: float | None = None  # the scoring nodes' computed tokens per second
+    decode_tokens_per_s: float | None = None  # the generating nodes' generated tokens per second of decoding
+    source: str = "measured with this model"
 
 
 def log_path() -> Path:
@@ -57,7 +68,54 @@ def lookup(fingerprint: str, path: Path | None = None) -> Measured | None:
         tokens, seconds = entry.get(f"{mode}_tokens", 0), entry.get(f"{mode}_seconds", 0.0)
         return tokens / seconds if tokens >= MIN_TOKENS and seconds > 0 else None
 
-    return Measured(rate("planned"), rate("naive"), entry.get("load_s"), entry.get("runs", 0), entry.get("busy_elsewhere"))
+    return Measured(
+        rate("planned"), rate("naive"), entry.get("load_s"), entry.get("runs", 0), entry.get("busy_elsewhere"),
+        prefill_tokens_per_s=rate("prefill"), decode_tokens_per_s=_decode_rate(entry, rate("prefill")),
+    )
+
+
+def _decode_rate(entry: dict, prefill_rate: float | None) -> float | None:
+    """Generated tokens per second of decoding: the generating nodes' time less their prompts'
+    prefill (at the scoring rate, where measured)."""
+    generated, prompt_tokens, seconds = entry.get("decode_tokens", 0), entry.get("decode_prompt_tokens", 0), entry.get("decode_seconds", 0.0)
+    if generated < MIN_DECODE_TOKENS or seconds <= 0:
+        return None
+    decoding = seconds - (prompt_tokens / prefill_rate if prefill_rate else 0.0)
+    return generated / max(decoding, 0.25 * seconds)
+
+
+MIN_DECODE_TOKENS = 100
+
+
+def scaled(fingerprint_key: str | None, params: int, weight_bytes: int, path: Path | None = None) -> Measured | None:
+    """A model never measured here, priced from those that were (this aisql version, local
+    engines): prefill in proportion to the parameters per token, decode to the weight bytes read
+    per pass — from the measured model nearest in size. None when none was measured."""
+    from aisql.version import __version__
+
+    best = None
+    for key, entry in _read(path or log_path()).items():
+        if not key.endswith(f"|{__version__}") or key.startswith(("openai:", "vllm:")) or key == fingerprint_key:
+            continue
+        if not entry.get("params") or not entry.get("weight_bytes"):
+            continue
+        measured = lookup(key.rsplit("|", 1)[0], path)
+        if measured is None or (measured.prefill_tokens_per_s or measured.planned_tokens_per_s) is None:
+            continue
+        distance = abs(math.log(entry["params"] / params))
+        if best is None or distance < best[0]:
+            best = (distance, entry, measured, entry.get("model") or key.split("|", 1)[0][:12])
+    if best is None:
+        return None
+    _, entry, measured, name = best
+    compute, memory = entry["params"] / params, entry["weight_bytes"] / weight_bytes
+    prefill = (measured.prefill_tokens_per_s or measured.planned_tokens_per_s) * compute
+    return Measured(
+        prefill, (measured.naive_tokens_per_s or 0.0) * compute or None, None, 0, measured.load,
+        prefill_tokens_per_s=prefill,
+        decode_tokens_per_s=measured.decode_tokens_per_s * memory if measured.decode_tokens_per_s else None,
+        source=f"scaled from {name}'s speed measured here (this model not run here yet)",
+    )
 
 
 def record(
@@ -69,6 +127,8 @@ def record(
     path: Path | None = None,
     busy_elsewhere: float | None = None,
     weight_bytes: int | None = None,
+    phases: dict[str, float] | None = None,
+    shape: dict | None = None,
 ) -> None:
     """Add one run's AI work (`mode` planned or naive) to the model's totals (best effort: a
     read-only cache directory only means explain stays uncalibrated)."""
@@ -83,6 +143,9 @@ def record(
     entry[f"{mode}_tokens"] += tokens
     entry[f"{mode}_seconds"] += seconds
     entry["runs"] = entry.get("runs", 0) + 1
+    for field, value in (phases or {}).items():  # prefill_/decode_ tokens and seconds, decaying alike
+        entry[field] = entry.get(field, 0) * 0.5 + value
+    entry.update(shape or {})  # params, weight_bytes, model: to price other models from this one
     if load_s is not None:
         entry["load_s"] = round(load_s, 3)
         if weight_bytes:
@@ -95,20 +158,35 @@ def record(
 
 
 def calibrated(profile: "Hardware", measured: "Measured | None") -> "Hardware":
-    """The profile with this model's measured speed from earlier runs, when there is one."""
+    """The profile with this model's measured speed from earlier runs (or other models' scaled to
+    it), when there is one: prefill at the scoring rate where it is known, decode at its own."""
     if measured is None or measured.planned_tokens_per_s is None:
         return profile
     import dataclasses
 
-    return dataclasses.replace(profile, planned_tokens_per_s=measured.planned_tokens_per_s, naive_tokens_per_s=measured.naive_tokens_per_s)
+    return dataclasses.replace(
+        profile,
+        planned_tokens_per_s=measured.prefill_tokens_per_s or measured.planned_tokens_per_s,
+        naive_tokens_per_s=measured.naive_tokens_per_s,
+        decode_tokens_per_s=measured.decode_tokens_per_s,
+        speed_source=measured.source,
+    )
 
 
 def measured_here(profile: "Hardware", session) -> "Measured | None":
-    """Runs measured this machine: they price its own profile only, never a GPU profile."""
+    """Runs measured this machine: they price its own profile only, never a GPU profile. A model
+    not run here yet is priced from the models that were (`scaled`)."""
     if profile.name != session.default_hardware():
         return None
     fingerprint = session.known_fingerprint()  # explain never measures the numerics
-    return lookup(fingerprint) if fingerprint is not None else None
+    measured = lookup(fingerprint) if fingerprint is not None else None
+    if measured is not None and measured.planned_tokens_per_s is not None:
+        return measured
+    try:
+        shape = session.facts().profile
+    except Exception:  # a model whose shape cannot be read (a remote server): the FLOP model prices it
+        return measured
+    return scaled(_key(fingerprint) if fingerprint else None, shape.params, shape.weight_bytes) or measured
 
 
 def remember(session, nodes, mode: str) -> None:
@@ -116,13 +194,43 @@ def remember(session, nodes, mode: str) -> None:
     load time with the model's weight bytes (for other models' load estimates)."""
     tokens = sum(n.computed_tokens for n in nodes)
     seconds = sum(n.wall_s for n in nodes)
-    weight_bytes = None
-    if session.load_s is not None:
-        try:
-            weight_bytes = session.facts().profile.weight_bytes
-        except Exception:  # a model without a profile: its load is still kept, unscaled
-            weight_bytes = None
-    record(session.fingerprint(), mode, tokens, seconds, load_s=session.load_s, busy_elsewhere=busy_elsewhere(), weight_bytes=weight_bytes)
+    weight_bytes, shape = None, {}
+    try:
+        profile = session.facts().profile
+        shape = {"params": int(profile.params), "weight_bytes": int(profile.weight_bytes), "model": session.model_name()}
+        weight_bytes = int(profile.weight_bytes) if session.load_s is not None else None
+    except Exception:  # a model without a profile: its speed and load are still kept, unscaled
+        pass
+    phases = _phases(nodes) if mode == "planned" else {}
+    record(session.fingerprint(), mode, tokens, seconds, load_s=session.load_s, busy_elsewhere=busy_elsewhere(), weight_bytes=weight_bytes, phases=phases, shape=shape)
+
+
+def _phases(nodes) -> dict[str, float]:
+    """A planned run's work by phase: scoring nodes' tokens and time (prefill), generating nodes'
+    generated tokens, prompt tokens and time (decode, less its prefill at lookup)."""
+    scoring = [n for n in nodes if not n.generated_tokens and n.computed_tokens]
+    generating = [n for n in nodes if n.generated_tokens]
+    phases = {}
+    if sum(n.computed_tokens for n in scoring) >= MIN_TOKENS:
+        phases.update(prefill_tokens=sum(n.computed_tokens for n in scoring), prefill_seconds=sum(n.wall_s for n in scoring))
+    if sum(n.generated_tokens for n in generating) >= MIN_DECODE_TOKENS:
+        phases.update(
+            decode_tokens=sum(n.generated_tokens for n in generating),
+            decode_prompt_tokens=sum(n.computed_tokens - n.generated_tokens for n in generating),
+            decode_seconds=sum(n.wall_s for n in generating),
+        )
+    return phases
+
+
+# aisql's own measurement, for a machine that has loaded nothing yet: SmolLM2-135M (538 MB of
+# float32 weights) loaded in 5.8 s, torch and transformers imported, on a 2-core AMD EPYC (2026-12-07).
+REFERENCE_LOAD = (538_060_032, 5.8)
+
+
+def reference_load(weight_bytes: int) -> float:
+    """A first load on a machine with no load measured: the reference scaled as other loads are."""
+    size, seconds = REFERENCE_LOAD
+    return seconds * (weight_bytes / size) ** 0.5
 
 
 def estimated_load(weight_bytes: int, path: Path | None = None) -> tuple[float, int] | None:
