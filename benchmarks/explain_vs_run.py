@@ -45,7 +45,9 @@ def explained_seconds(model: str, query: str, env: dict) -> dict:
     plan = sum(s["totals"]["plan"]["time_s"] for s in data["statements"] if s.get("totals"))
     first = sum((data.get("first_run") or {}).values())
     load = data.get("model_load_s") or 0.0
-    return {"plan_s": round(plan, 2), "first_run_s": round(first, 2), "first_run": data.get("first_run"), "load_s": load, "total_s": round(plan + first + load, 2)}
+    overhead = data.get("run_overhead_s") or 0.0
+    return {"plan_s": round(plan, 2), "first_run_s": round(first, 2), "first_run": data.get("first_run"), "load_s": load, "overhead_s": overhead,
+            "total_s": round(plan + first + load + overhead, 2), "speed_source": data.get("speed_source")}
 
 
 def run_seconds(model: str, query: str, env: dict) -> float:

@@ -72,6 +72,7 @@ def explain_script(
         measured_load=measured.load if measured else None,
     )
     explanation.first_run = _first_run(session, profile, has_ai and not all_cached)
+    explanation.overhead_s = measured.overhead_s if measured is not None and has_ai and not all_cached else None
     explanation.proxies = _proxies(plans, session, con)
     explanation.decisions = _decisions(plans, session, con)
     explanation.notes = routes.notes
@@ -144,7 +145,7 @@ def _first_run(session: ModelSession, profile, has_ai: bool) -> list:
         return []
     costs = []
     if model.backend == "gguf" and not is_converted(Path(model.location)):
-        costs.append(first_run.conversion_estimate(Path(model.location).stat().st_size))
+        costs.append(first_run.conversion_estimate(session.facts().profile.weight_bytes))
     if model.backend in ("hf", "gguf") and session.known_fingerprint() is None:
         rate, how = profile.planned_tokens_per_s, profile.speed_source or "measured"
         if not rate:

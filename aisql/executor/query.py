@@ -199,7 +199,7 @@ def _run_stats(session: ModelSession, request: RunRequest, statements, nodes: li
     llm_nodes = [n for n in nodes if n.model_kind == "llm"]
     used = session.model_used() if nodes else None
     if used is not None and used.device is not None and session.pool is None:  # one engine's speed, not a pool's
-        throughput.remember(session, llm_nodes, "naive" if request.naive else "planned")
+        throughput.remember(session, llm_nodes, "naive" if request.naive else "planned", started)
     stats = RunStats(
         model=used.name if used else session.model_name(),
         model_note=used.note if used else None,

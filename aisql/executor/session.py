@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from aisql.engine.base import Engine, ModelFacts
-from aisql.engine.model.loader import load_model_facts, load_resolved
+from aisql.engine.model.loader import import_runtime, load_model_facts, load_resolved
 from aisql.engine.model.resolving import ResolvedModel, resolve_model, resolve_model_spec
 from aisql.engine.options import EngineOptions
 from aisql.engine.model.numerics import cuda_available
@@ -73,6 +73,8 @@ class ModelSession:
         self._facts: ModelFacts | None = None
         self._fingerprint: str | None = None
         self.load_s: float | None = None  # how long this session's model took to load (None: not loaded here)
+        self.ready_at: float | None = None  # when the engine was ready (time.perf_counter)
+        self.startup_s: float = 0.0  # imports, a GGUF conversion and the load, before the first answer
         self.embed_model_spec = embed_model
         self._embedding_ref = None
         self._embedder = None
@@ -103,13 +105,15 @@ class ModelSession:
         """The engine, loaded on first use (work answered from the cache never loads a model)."""
         with self.lock:
             if self._engine is None:
-                self._convert_once()
+                began = time.perf_counter()
+                imports_s = _timed(import_runtime) if self.cluster is None and self.resolved_model.backend in ("hf", "gguf") else 0.0
+                self._convert_once()  # before the load is timed; imports above: part of every load
                 started = time.perf_counter()
-                if self.cluster is not None:
-                    self._engine = self._start_workers()
-                else:
-                    self._engine = load_resolved(self.resolved_model, self.engine_options, notify=self._notice)
-                self.load_s = time.perf_counter() - started
+                self._engine = self._start_workers() if self.cluster is not None else load_resolved(self.resolved_model, self.engine_options, notify=self._notice)
+                self.load_s = imports_s + time.perf_counter() - started
+                # what the node that needed the engine spent before its first answer (imports,
+                # conversion, load): not its answering speed (aisql.executor.estimates.throughput)
+                self.ready_at, self.startup_s = time.perf_counter(), time.perf_counter() - began
             return self._engine
 
     def _convert_once(self) -> None:
@@ -341,3 +345,9 @@ def _ray_running() -> bool:
     """Has this process joined a Ray runtime already (ray.init by the user)? Without importing Ray."""
     ray = sys.modules.get("ray")
     return ray is not None and ray.is_initialized()
+
+
+def _timed(work) -> float:
+    started = time.perf_counter()
+    work()
+    return time.perf_counter() - started

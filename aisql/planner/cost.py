@@ -364,14 +364,13 @@ def _side(prompts, tokens_run, flops, hardware: Hardware, model: ModelProfile | 
     measured = hardware.planned_tokens_per_s if batched else (hardware.naive_tokens_per_s or hardware.planned_tokens_per_s)
     if measured:
         time_s = tokens_run / measured  # calibrated: what this engine did with this model before
-        if batched and hardware.decode_tokens_per_s and decode_steps:
-            # generated tokens at the decode rate, the rest (prompts, the first answer token) at prefill's
+        if batched and decode_steps:
+            # generated tokens by decode passes (each steps a batch of answers by one token), the rest
+            # (prompts, the first answer token) at prefill's rate; a pass unmeasured is priced as the
+            # FLOP model prices it (the weights read once a pass)
             generated = prompts * decode_steps
-            time_s = max(tokens_run - generated, 0.0) / measured + generated / hardware.decode_tokens_per_s
-        elif batched and decode_steps:
-            # no decode measured: the decode passes priced as the FLOP model does (weights read per pass)
-            generated = prompts * decode_steps
-            time_s = max(tokens_run - generated, 0.0) / measured + max(decode_passes * weight_read, _token_flops(model, generated, tokens.prompt_tokens) / reachable)
+            per_pass = hardware.decode_pass_s or max(weight_read, _token_flops(model, DECODE_BATCH, tokens.prompt_tokens) / reachable)
+            time_s = max(tokens_run - generated, 0.0) / measured + decode_passes * per_pass
     return Side(prompts, tokens_run, flops, time_s, time_s * hardware.price_per_hour / 3600)
 
 

@@ -50,6 +50,7 @@ class Explanation:
     decisions: dict[str, str] = field(default_factory=dict)  # node id -> its labelled examples' rule and quality, where known
     notes: list[str] = field(default_factory=list)  # which model answers a model named in the query
     first_run: list = field(default_factory=list)  # one-time work before the first answer (aisql.engine.model.first_run.FirstRunCost)
+    overhead_s: float | None = None  # a run's time outside its AI nodes (binding, planning, DuckDB), measured in recent runs
 
     def tree(self) -> Tree:
         header = ""
@@ -60,7 +61,7 @@ class Explanation:
                 f"{' measured' if hw.measured else ''}, {hw.memory_bandwidth / 1e9:.0f} GB/s, ${hw.price_per_hour:.2f}/h)"
             )
             if hw.planned_tokens_per_s:
-                decode = f", decode {hw.decode_tokens_per_s:,.0f} generated tok/s" if hw.decode_tokens_per_s else ""
+                decode = f", decode {hw.decode_pass_s * 1000:,.0f} ms a pass" if hw.decode_pass_s else ""
                 header += f" · time calibrated: {hw.planned_tokens_per_s:,.0f} computed tok/s{decode}, {hw.speed_source or 'measured with this model'}"
                 if self.measured_load is not None and self.measured_load >= BUSY_CORES:
                     header += f" while other work kept ~{self.measured_load:.1f} cores busy (estimates may run high on an idle machine)"
@@ -76,6 +77,8 @@ class Explanation:
                     else f"estimated from {loads} load{'s' if loads != 1 else ''} of other models here"
                 )
                 header += f" · + model load ~{self.load_s:.1f} s ({how})"
+            if self.overhead_s:
+                header += f" · + run overhead ~{self.overhead_s:.1f} s (binding, planning, DuckDB; measured)"
             if self.cache_note:
                 header += f" · {self.cache_note}"
         for note in self.notes:
@@ -128,9 +131,10 @@ class Explanation:
             data["model_load_s"] = self.load_s
             data["model_load_measured"] = self.load_estimated_from is None
             data["calibrated_while_busy_cores"] = self.measured_load
-            data["decode_tokens_per_s"] = self.hardware.decode_tokens_per_s
+            data["decode_pass_s"] = self.hardware.decode_pass_s
             data["speed_source"] = self.hardware.speed_source
             data["first_run"] = {cost.what: round(cost.seconds, 2) for cost in self.first_run}
+            data["run_overhead_s"] = self.overhead_s
         data["cache_note"] = self.cache_note
         return data
 

@@ -27,7 +27,7 @@ class Hardware:
     # AI-node time; aisql.executor.estimates.throughput): when known, time estimates use it, not the FLOPs.
     planned_tokens_per_s: float | None = None  # prefill: the scoring rate where measured apart
     naive_tokens_per_s: float | None = None
-    decode_tokens_per_s: float | None = None  # generated tokens per second of decoding, batched
+    decode_pass_s: float | None = None  # seconds per decode pass (a batch of answers stepped by one token)
     speed_source: str | None = None  # whose measurement the rates are ("measured with this model", "scaled from ...")
 
     def with_price(self, price_per_hour: float | None) -> "Hardware":

@@ -4,10 +4,13 @@ number-format trial (once per model and CPU kind). The model load is priced by
 aisql.executor.estimates.throughput, from loads measured here.
 
 Conversions are timed as they happen and kept in a small JSON file of the cache
-(`conversions.json`: GGUF bytes and seconds); a file never converted here is priced from those,
-in proportion to its size. Where nothing was converted here yet, the figure comes from aisql's own
-reference measurement (REFERENCE_CONVERSION: SmolLM2's 98 MB Q4_1 file in 26 s on a 2-core AMD
-EPYC, AVX2 only, 2026-12-07), and explain says so.
+(`conversions.json`: the float32 weights written, in bytes, and seconds). A file never converted
+here is priced by the weights it will write (the model's shape, read from the GGUF without
+converting it): a line through the conversions measured here where their sizes differ, else the
+one size scaled by the square root of the size ratio (a conversion has a large fixed part:
+SmolLM2's 538 MB took 29 s and Qwen2.5-0.5B's 2.5 GB 75 s, 2026-12-07). Where nothing was
+converted here yet, aisql's own reference measurement stands in (REFERENCE_CONVERSION: SmolLM2 on
+a 2-core AMD EPYC, AVX2 only), and explain says so.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 
 from aisql.paths import cache_root, save_cache_file
 
-REFERENCE_CONVERSION = (98_000_000, 26.0)  # (GGUF bytes, seconds) measured by aisql, see above
+REFERENCE_CONVERSION = (538_060_032, 29.4)  # (weights written, seconds) measured by aisql, see above
 KEPT = 20  # the latest conversions kept
 
 
@@ -33,30 +36,34 @@ def _path() -> Path:
     return cache_root() / "conversions.json"
 
 
-def remember_conversion(gguf_bytes: int, seconds: float) -> None:
-    """One conversion's size and time (best effort: a read-only cache only loses the estimate)."""
+def remember_conversion(written_bytes: int, seconds: float) -> None:
+    """One conversion's output size and time (best effort: a read-only cache loses the estimate)."""
     try:
         done = json.loads(_path().read_text())
     except (OSError, ValueError):
         done = []
-    done = (done if isinstance(done, list) else [])[-(KEPT - 1) :] + [{"gguf_bytes": int(gguf_bytes), "seconds": round(seconds, 2)}]
+    done = (done if isinstance(done, list) else [])[-(KEPT - 1) :] + [{"written_bytes": int(written_bytes), "seconds": round(seconds, 2)}]
     save_cache_file(_path(), json.dumps(done, indent=1))
 
 
-def conversion_estimate(gguf_bytes: int) -> FirstRunCost:
-    """A conversion's time, in proportion to the GGUF's size: from the conversions measured here
-    (bytes per second over all of them), else from aisql's reference measurement."""
+def conversion_estimate(written_bytes: int) -> FirstRunCost:
+    """A conversion's time from the weights it will write: fitted on the conversions measured
+    here, else aisql's reference measurement."""
     try:
-        done = [d for d in json.loads(_path().read_text()) if d.get("gguf_bytes") and d.get("seconds")]
-    except (OSError, ValueError, TypeError, AttributeError):
+        done = [(float(d["written_bytes"]), float(d["seconds"])) for d in json.loads(_path().read_text()) if d.get("written_bytes") and d.get("seconds")]
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
         done = []
-    if done:
-        rate = sum(d["gguf_bytes"] for d in done) / sum(d["seconds"] for d in done)
-        how = f"from {len(done)} conversion{'s' if len(done) != 1 else ''} measured here"
-    else:
-        rate = REFERENCE_CONVERSION[0] / REFERENCE_CONVERSION[1]
-        how = "from aisql's reference measurement: nothing converted on this machine yet"
-    return FirstRunCost("GGUF conversion", gguf_bytes / rate, how)
+    if not done:
+        size, seconds = REFERENCE_CONVERSION
+        return FirstRunCost("GGUF conversion", seconds * (written_bytes / size) ** 0.5, "from aisql's reference measurement: nothing converted on this machine yet")
+    how = f"from {len(done)} conversion{'s' if len(done) != 1 else ''} measured here"
+    if len({size for size, _ in done}) >= 2:
+        n = len(done)
+        mean_x, mean_y = sum(x for x, _ in done) / n, sum(y for _, y in done) / n
+        slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in done) / sum((x - mean_x) ** 2 for x, _ in done))
+        return FirstRunCost("GGUF conversion", max(0.0, mean_y - slope * mean_x) + slope * written_bytes, how)
+    size, seconds = done[-1]
+    return FirstRunCost("GGUF conversion", seconds * (written_bytes / size) ** 0.5, how)
 
 
 def numerics_trial_estimate(trial_tokens: int, tokens_per_s: float, how: str) -> FirstRunCost:

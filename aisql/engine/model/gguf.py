@@ -73,7 +73,7 @@ def convert(path: Path, notify: Callable[[str], None] | None = None) -> Path:
     say(f"note: converted {path.name} in {seconds:.0f} s")
     from aisql.engine.model.first_run import remember_conversion
 
-    remember_conversion(path.stat().st_size, seconds)
+    remember_conversion(sum(f.stat().st_size for f in target.glob("*.safetensors")), seconds)
     return target
 
 

@@ -27,6 +27,14 @@ def load_engine(
     return load_resolved(resolve_model(spec, warn), options)
 
 
+def import_runtime() -> None:
+    """Import what the built-in engine runs on (torch, transformers' model classes): the first
+    load's largest fixed cost, seconds on a busy machine — done here so a load is timed the same
+    whether or not a GGUF conversion imported them first."""
+    import torch  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
+
 def load_resolved(model: ResolvedModel, options: EngineOptions, notify: Callable[[str], None] | None = None) -> Engine:
     """The engine for a resolved model. `notify`: where to say what a slow first load is doing."""
     if model.backend == "gguf":
