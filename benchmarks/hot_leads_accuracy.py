@@ -3,7 +3,7 @@
 own answers and with k of the labelled pairs in examples/data/hot_leads_labels.csv (customers
 outside Germany: the answered pairs are never among the examples).
 
-    python benchmarks/hot_leads_accuracy.py [--model smollm2] [--examples 0,8,16,32]
+    python benchmarks/hot_leads_accuracy.py [--model smollm2|qwen-0.5b] [--examples 0,8,16,32]
 
 Each run goes through the product (`aisql.connect(...).run`, planned, one result cache file per
 model: later runs ask only the examples they add). Reported per k: precision, recall and F1 of
@@ -56,8 +56,10 @@ def main() -> None:
     parser.add_argument("--examples", default="0,8,16,32")
     parser.add_argument("--template", default=TEMPLATE, help="the prompt (hot_leads.sql's by default)")
     args = parser.parse_args()
+    from common import model_argument
+
     cache = RESULTS / f"hot_leads_cache_{args.model.replace('/', '_')}.db"
-    con = aisql.connect(model=args.model, cache=str(cache))
+    con = aisql.connect(model=model_argument(args.model), cache=str(cache))
     out = {"model": args.model, "template": args.template, "runs": []}
     for k in (int(x) for x in args.examples.split(",")):
         options = f", {EXAMPLES.format(k=k)}" if k else ""

@@ -116,3 +116,54 @@ def test_bad_forms_are_one_located_error(con, sql, message):
     with pytest.raises(AisqlError) as err:
         con.run(sql, dialect="snowflake")
     assert message in err.value.message and err.value.line == 1
+
+
+EXAMPLE_POSTS = [("I flew to Lima and hiked for a week", ["travel"]), ("Grandma ragu, slow-cooked", ["cooking"]),
+                 ("Street food on a trip through Bangkok", ["travel", "cooking"]), ("A quiet weekend at home", [])]
+
+
+@pytest.mark.parametrize(
+    "dialect, sql",
+    [
+        (
+            "bigquery",
+            "SELECT id, AI.CLASSIFY(body, categories => ['travel', 'cooking'], output_mode => 'multi', examples => {pairs}) AS c FROM posts ORDER BY id",
+        ),
+        (
+            "snowflake",
+            "SELECT id, AI_CLASSIFY(body, ['travel', 'cooking'], {{'output_mode': 'multi', 'examples': {objects}}}) AS c FROM posts ORDER BY id",
+        ),
+    ],
+)
+def test_multi_label_learns_from_examples_one_category_at_a_time(con, dialect, sql):
+    """Each category's yes/no question takes the examples with its own label: whether the category
+    is among the example's labels (BigQuery's pairs, Snowflake's config objects)."""
+    def listed(labels):
+        return "[" + ", ".join(f"'{label}'" for label in labels) + "]" if labels else "CAST([] AS VARCHAR[])"
+
+    pairs = "[" + ", ".join(f"('{text}', {listed(labels)})" for text, labels in EXAMPLE_POSTS) + "]"
+    objects = "[" + ", ".join(f"{{'input': '{text.replace(chr(39), chr(39) * 2)}', 'labels': {listed(labels)}, 'explanation': 'x'}}" for text, labels in EXAMPLE_POSTS) + "]"
+    result = con.run(sql.format(pairs=pairs, objects=objects), dialect=dialect)
+    assert len(result.stats.nodes) == 2
+    assert all((node.decision or {}).get("source") == "examples" and node.decision["examples"] == 4 for node in result.stats.nodes)
+    per_label = [node.decision["per_label"] for node in result.stats.nodes]
+    assert per_label == [{"false": 2, "true": 2}, {"false": 2, "true": 2}]  # travel: 2 of 4; cooking: 2 of 4
+    assert all(isinstance(row["c"], list) for row in result.table.to_pylist())
+
+
+def test_snowflake_config_examples_teach_a_single_label_call(con):
+    sql = (
+        "SELECT id, AI_CLASSIFY(body, ['travel', 'cooking'], {'examples': [{'input': 'I flew to Lima', 'labels': ['travel']}, "
+        "{'input': 'Ragu, slow-cooked', 'labels': ['cooking']}, {'input': 'Hiking in Peru', 'labels': ['travel']}, "
+        "{'input': 'Baking bread', 'labels': ['cooking']}]}) AS c FROM posts ORDER BY id"
+    )
+    result = con.run(sql, dialect="snowflake")
+    assert result.stats.nodes[0].decision["examples"] == 4
+    with pytest.raises(AisqlError, match="one label"):
+        con.run("SELECT AI_CLASSIFY(body, ['a', 'b'], {'examples': [{'input': 'x', 'labels': ['a', 'b']}]}) FROM posts", dialect="snowflake")
+
+
+def test_labels_that_differ_by_row_are_refused_with_the_function_that_takes_them(con):
+    with pytest.raises(AisqlError, match="must be the same for every row") as refused:
+        con.run("SELECT AI.CLASSIFY(body, [body, 'x']) FROM posts")
+    assert refused.value.line == 1 and "ai_classify(text, labels)" in refused.value.hint

@@ -149,6 +149,8 @@ def test_extract_snowflake_forms(make_connection):
         "{'product': 'Which product?', 'issues': 'List: what went wrong?'}",
         "['product: Which product?', 'issues: List: what went wrong?']",
         "[['product', 'Which product?'], ['issues', 'List: what went wrong?']]",
+        """PARSE_JSON('{"product": "Which product?", "issues": "List: what went wrong?"}')""",  # JSON text, as Snowflake's docs pass it
+        """PARSE_JSON('["product: Which product?", "issues: List: what went wrong?"]')""",
     ]
     types = set()
     for form in forms:
@@ -255,3 +257,30 @@ def test_a_cached_struct_is_accepted_only_in_the_schema_shape():
         ["A", 1, [], True],
     ):
         assert not fits(fields, bad), bad
+
+
+def test_nested_struct_fields_in_an_output_schema():
+    """BigQuery's output_schema with a STRUCT field: its leaves are decoded by path in one flat
+    document and read back nested; a name used for a value and a STRUCT is refused."""
+    from aisql.errors import BindError
+    from aisql.functions.structured_output import fits, parse_output_schema, struct_types, value_from_json
+
+    fields = parse_output_schema("AI.GENERATE", "name STRING, address STRUCT<city STRING, geo STRUCT<lat FLOAT64, lon FLOAT64>>, tags ARRAY<STRING>")
+    assert [f.name for f in fields] == ["name", "address.city", "address.geo.lat", "address.geo.lon", "tags"]
+    assert struct_types(fields)[0] == 'STRUCT("name" VARCHAR, "address" STRUCT("city" VARCHAR, "geo" STRUCT("lat" DOUBLE, "lon" DOUBLE)), "tags" VARCHAR[])'
+    value = value_from_json(fields, '{"name": "Ada", "address.city": "Rome", "address.geo.lat": 41.9, "address.geo.lon": 12, "tags": ["x"]}')
+    assert value == {"name": "Ada", "address": {"city": "Rome", "geo": {"lat": 41.9, "lon": 12.0}}, "tags": ["x"]}
+    assert fits(fields, value) and not fits(fields, {"name": "Ada", "address": None, "tags": None})
+    with pytest.raises(BindError, match="appears twice"):
+        parse_output_schema("AI.GENERATE", "a STRING, a STRUCT<x STRING>")
+
+
+@pytest.mark.slow
+def test_a_nested_output_schema_runs_end_to_end(make_connection):
+    table = make_connection().run(
+        "SELECT AI.GENERATE(PROMPT('Who wrote this? {review}'), output_schema => 'author STRUCT<first STRING, last STRING>, year INT64', max_tokens => 60) AS r "
+        "FROM reviews WHERE id <= 2", dialect="bigquery"
+    ).table
+    assert str(table.schema.field("r").type) == "struct<author: struct<first: string, last: string>, year: int64>"
+    for value in table.column("r").to_pylist():
+        assert set(value) == {"author", "year"} and (value["author"] is None or set(value["author"]) == {"first", "last"})

@@ -82,6 +82,11 @@ def read_config(spelling: str, named: dict[str, exp.Expression], positional: lis
             if key in ("task_description", "output_mode"):
                 found[key] = item.expression
                 item.pop()
+            elif key == "examples":
+                if "examples" in named:
+                    raise BindError(f"{spelling}: examples given twice (in the config object and as examples =>)")
+                named["examples"] = snowflake_examples(spelling, item.expression, multi=False)
+                item.pop()
         if not config.expressions:
             positional.pop(0)
     mode = arguments.literal_value(found["output_mode"]) if "output_mode" in found else "single"
@@ -95,6 +100,33 @@ def read_config(spelling: str, named: dict[str, exp.Expression], positional: lis
     if not isinstance(task, str) or not task.strip():
         raise BindError(f"{spelling}: task_description must be a non-empty string literal")
     return task.strip()
+
+
+def snowflake_examples(spelling: str, node: exp.Expression, multi: bool) -> exp.Expression:
+    """Snowflake's config examples, `[{'input': ..., 'labels': [...], 'explanation': ...}]`, as
+    aisql's labelled examples `[{'input': ..., 'label': ...}]`: the one label (single mode) or the
+    list (multi: each category's question reads whether its label is in it). The explanation is
+    for Snowflake's prompt; aisql's examples teach the decision rule, not the prompt."""
+    hint = "e.g. {'examples': [{'input': 'I flew to Rome', 'labels': ['travel']}]}"
+    if not isinstance(node, exp.Array) or not node.expressions:
+        raise BindError(f"{spelling}: the config's examples must be a list of objects", hint=hint)
+    converted = []
+    for item in node.expressions:
+        fields = {p.this.name.lower(): p.expression for p in item.expressions if isinstance(p, (exp.PropertyEQ, exp.Slice, exp.Kwarg))} if isinstance(item, exp.Struct) else {}
+        if "input" not in fields or "labels" not in fields:
+            raise BindError(f"{spelling}: a config example needs 'input' and 'labels', got {item.sql(dialect='duckdb')}", hint=hint)
+        labels = fields["labels"]
+        if not multi and isinstance(labels, exp.Array):
+            if len(labels.expressions) != 1:
+                raise BindError(f"{spelling}: a single-label example has one label, got {labels.sql(dialect='duckdb')}", hint="output_mode 'multi' takes several")
+            labels = labels.expressions[0]
+        if multi and isinstance(labels, exp.Literal):  # one label written bare
+            labels = exp.Array(expressions=[labels])
+        converted.append(exp.Struct(expressions=[
+            exp.PropertyEQ(this=exp.to_identifier("input"), expression=fields["input"].copy()),
+            exp.PropertyEQ(this=exp.to_identifier("label"), expression=labels.copy()),
+        ]))
+    return exp.Array(expressions=converted)
 
 
 def categories_text(labels: Sequence[str], descriptions: Sequence[str | None]) -> str:

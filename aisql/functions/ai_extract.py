@@ -67,6 +67,7 @@ class AiExtract(AIFunction):
             node = positional.pop(0)
         if node is None:
             raise BindError(f"{spelling} needs a response format: the questions to answer", hint=HINT)
+        node = _parsed_json(spelling, node)
         schema = _schema_fields(spelling, node)
         if schema is not None:
             fields, pairs = [f for f, _ in schema], [(f.name, q) for f, q in schema]
@@ -100,6 +101,37 @@ class AiExtract(AIFunction):
 
     def describe_options(self, options: ExtractOptions) -> str:
         return ", {" + ", ".join(f"'{f.name}': {q!r}" for f, q in zip(options.fields, options.questions)) + "}"
+
+
+def _parsed_json(spelling: str, node: exp.Expression) -> exp.Expression:
+    """A response format given as JSON text (Snowflake's `PARSE_JSON('{...}')`, `'{...}'::JSON`)
+    read as the object or array it spells, so each written form takes it."""
+    inner = node.this if isinstance(node, (exp.ParseJSON, exp.Cast)) else None
+    if isinstance(node, exp.Cast) and not node.to.is_type(exp.DataType.Type.JSON, exp.DataType.Type.VARIANT):
+        inner = None
+    if not isinstance(inner, exp.Literal) or not inner.is_string:
+        return node
+    import json
+
+    try:
+        value = json.loads(inner.this)
+    except ValueError as err:
+        raise BindError(f"{spelling}: responseFormat is not valid JSON ({err})", hint=HINT) from None
+    return _as_expression(value)
+
+
+def _as_expression(value) -> exp.Expression:
+    if isinstance(value, dict):
+        return exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(str(k)), expression=_as_expression(v)) for k, v in value.items()])
+    if isinstance(value, list):
+        return exp.Array(expressions=[_as_expression(v) for v in value])
+    if isinstance(value, bool):
+        return exp.true() if value else exp.false()
+    if value is None:
+        return exp.Null()
+    if isinstance(value, (int, float)):
+        return exp.Literal.number(value)
+    return exp.Literal.string(str(value))
 
 
 def _questions(spelling: str, node: exp.Expression) -> list[tuple[str, str]]:

@@ -125,7 +125,10 @@ def evaluate_constant(spelling: str, node: exp.Expression, what: str) -> Any:
     import duckdb
 
     if not isinstance(node, exp.Subquery) and any(_reads_the_row(column, node) for column in node.find_all(exp.Column)):
-        raise BindError(f"{spelling}: the {what} must be the same for every row, got {node.sql(dialect='duckdb')}", hint="a list, a constant expression, or a scalar subquery")
+        hint = "a list, a constant expression, or a scalar subquery"
+        if what in ("labels", "categories"):  # one label set per node; DuckDB's function reads a list per row
+            hint += "; for labels that differ by row, the DuckDB function ai_classify(text, labels) (aisql.register) takes a list per row"
+        raise BindError(f"{spelling}: the {what} must be the same for every row, got {node.sql(dialect='duckdb')}", hint=hint)
     _refuse_ai_calls(spelling, node, what)
     _refuse_tables_written_before(spelling, node, what)
     sql = node.sql(dialect="duckdb")

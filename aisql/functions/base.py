@@ -194,7 +194,6 @@ class AIFunction:
         if not positional:
             raise BindError(f"{spelling} needs a prompt argument", hint=f"e.g. {self.signature_hint}")
         prompt = positional.pop(0)
-        examples = named.pop("examples", None)
         vendor = arguments.read_vendor_arguments(spelling, named, samples=self.samples, approximates=self.approximates)
         for key, value in vendor.sampling.items():
             named.setdefault(key, value)
@@ -205,6 +204,7 @@ class AIFunction:
                 note = f"{spelling}: model_params.generation_config.max_output_tokens ignored (answered in one forward pass, no decoding)"
                 vendor = dataclasses.replace(vendor, notes=vendor.notes + (note,))
         options = self.read_options(spelling, positional, named)
+        examples = named.pop("examples", None)  # after the options: a vendor's config object may hold them (Snowflake's AI_CLASSIFY)
         hints = self.read_hints_and_finish(spelling, positional, named)
         options = self.options_from_hints(spelling, options, hints)
         if any(key in hints for key in arguments.APPROXIMATE_KEYS) and not self.approximates:

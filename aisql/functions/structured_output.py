@@ -3,8 +3,14 @@
 
 BigQuery declares it as `output_schema => 'name STRING, age INT64'` (AI.GENERATE); Snowflake's
 AI_EXTRACT as questions, each a STRING field (an ARRAY of STRING where the question starts with
-"List:"). Supported field types: STRING, INT64, FLOAT64, BOOL and ARRAY of them; every field is
-nullable (the text does not say, or the token budget ended before the field).
+"List:"). Supported field types: STRING, INT64, FLOAT64, BOOL, ARRAY of them, and STRUCT of
+any of these (BigQuery's `address STRUCT<city STRING, zip STRING>`); every field is nullable (the
+text does not say, or the token budget ended before the field).
+
+A STRUCT field is decoded as its leaves, named by their path (`address.city`), in one flat JSON
+object — the document the constrained decoder keeps short and always parseable — and read back
+into the nested STRUCT the schema declares. (BigQuery field names hold no dots, so a path is
+never a name.)
 """
 
 from __future__ import annotations
@@ -46,14 +52,27 @@ def parse_output_schema(spelling: str, text: str) -> tuple[Field, ...]:
         ) from None
     if not struct.expressions:
         raise BindError(f"{spelling}: output_schema {text!r} is not a list of 'name TYPE' fields", hint="e.g. output_schema => 'name STRING, year INT64'")
+    fields = _fields(spelling, struct.expressions, "")
+    _check_all_read(spelling, text, struct.expressions)
+    return check_fields(spelling, fields)
+
+
+def _fields(spelling: str, columns: Sequence[exp.Expression], prefix: str) -> list[Field]:
+    """The leaves of a STRUCT's fields, each named by its path from the top."""
     fields = []
-    for column in struct.expressions:
+    for column in columns:
         kind = column.args.get("kind") if isinstance(column, exp.ColumnDef) else None
         if kind is None:
             raise BindError(f"{spelling}: output_schema field {column.sql()!r} has no type", hint="e.g. 'name STRING'")
-        fields.append(_field(spelling, column.name, kind))
-    _check_all_read(spelling, text, struct.expressions)
-    return check_fields(spelling, fields)
+        if "." in column.name:
+            raise BindError(f"{spelling}: output_schema field name {column.name!r} holds a dot", hint="name a nested field inside a STRUCT<...>")
+        if kind.this == exp.DataType.Type.STRUCT:
+            if not kind.expressions:
+                raise BindError(f"{spelling}: output_schema field {column.name!r} is a STRUCT with no field")
+            fields += _fields(spelling, kind.expressions, f"{prefix}{column.name}.")
+        else:
+            fields.append(_field(spelling, prefix + column.name, kind))
+    return fields
 
 
 def _check_all_read(spelling: str, text: str, columns: Sequence[exp.Expression]) -> None:
@@ -98,6 +117,11 @@ def check_fields(spelling: str, fields: Sequence[Field]) -> tuple[Field, ...]:
         if field.name.lower() in seen:
             raise BindError(f"{spelling}: field {field.name!r} appears twice")
         seen.add(field.name.lower())
+    for field in fields:  # `a STRING, a STRUCT<x STRING>`: one name for a value and a STRUCT
+        parts = field.name.lower().split(".")
+        clash = next((".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in seen), None)
+        if clash is not None:
+            raise BindError(f"{spelling}: field {clash!r} appears twice")
     if not fields:
         raise BindError(f"{spelling}: the schema has no field")
     if len(fields) > MAX_FIELDS:
@@ -106,13 +130,40 @@ def check_fields(spelling: str, fields: Sequence[Field]) -> tuple[Field, ...]:
 
 
 def struct_types(fields: Sequence[Field]) -> tuple[str, Any]:
-    """(DuckDB STRUCT type, Arrow struct type) of the fields."""
+    """(DuckDB STRUCT type, Arrow struct type) of the fields, nested as their paths say."""
     import pyarrow as pa
 
-    sql = ", ".join(f'"{f.name.replace(chr(34), chr(34) * 2)}" {_SQL[f.kind]}{"[]" if f.array else ""}' for f in fields)
     arrow_base = {"string": pa.string(), "integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
-    arrow = pa.struct([(f.name, pa.list_(arrow_base[f.kind]) if f.array else arrow_base[f.kind]) for f in fields])
-    return f"STRUCT({sql})", arrow
+
+    def types(tree: dict) -> tuple[str, Any]:
+        sql, arrow = [], []
+        for name, node in tree.items():
+            if isinstance(node, dict):
+                inner_sql, inner_arrow = types(node)
+            else:
+                inner_sql = f"{_SQL[node.kind]}{'[]' if node.array else ''}"
+                inner_arrow = pa.list_(arrow_base[node.kind]) if node.array else arrow_base[node.kind]
+            sql.append(f'"{name.replace(chr(34), chr(34) * 2)}" {inner_sql}')
+            arrow.append((name, inner_arrow))
+        return f"STRUCT({', '.join(sql)})", pa.struct(arrow)
+
+    return types(_tree(fields))
+
+
+def _tree(fields: Sequence[Field]) -> dict:
+    """The fields nested by their paths: name -> a field, or name -> the fields below it."""
+    tree: dict = {}
+    for field in fields:
+        *parents, leaf = field.name.split(".")
+        node = tree
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = field
+    return tree
+
+
+def _nested(tree: dict, value_of) -> dict:
+    return {name: _nested(node, value_of) if isinstance(node, dict) else value_of(node) for name, node in tree.items()}
 
 
 def describe_fields(fields: Sequence[Field]) -> str:
@@ -129,16 +180,24 @@ def value_from_json(fields: Sequence[Field], text: str) -> dict | None:
         return None
     if not isinstance(data, dict):
         return None
-    return {f.name: _typed(f, data.get(f.name)) for f in fields}
+    return _nested(_tree(fields), lambda f: _typed(f, data.get(f.name)))
 
 
 def fits(fields: Sequence[Field], value: Any) -> bool:
     """Whether `value` is a STRUCT value `value_from_json` can return for these fields."""
-    if not isinstance(value, dict) or list(value) != [f.name for f in fields]:
+    return _fits(_tree(fields), value)
+
+
+def _fits(tree: dict, value: Any) -> bool:
+    if not isinstance(value, dict) or list(value) != list(tree):
         return False
-    for field in fields:
-        item = value[field.name]
-        typed = _typed(field, item)
+    for name, node in tree.items():
+        item = value[name]
+        if isinstance(node, dict):
+            if not _fits(node, item):
+                return False
+            continue
+        typed = _typed(node, item)
         if typed != item or (item is not None and typed is None) or isinstance(item, bool) != isinstance(typed, bool):
             return False
     return True

@@ -59,6 +59,7 @@ def translate(ast: exp.Expression, at) -> None:
             raise BindError(err.message, hint=err.hint, **at(node)) from None
         if len(labels) > MAX_MULTI_LABELS:
             raise BindError(f"{spelling}: output_mode 'multi' takes at most {MAX_MULTI_LABELS} categories (one yes/no question each), got {len(labels)}", **at(node))
+        examples = _examples(spelling, named, config, at(node))
         endpoint = named.pop("endpoint", None)
         for key in ("connection_id",):
             named.pop(key, None)
@@ -70,7 +71,8 @@ def translate(ast: exp.Expression, at) -> None:
             question = QUESTION.format(label=label, description=f" ({description})" if description else "")
             if task:
                 question = f"{task}\n{question}"
-            call = exp.Dot(this=exp.to_identifier("AI"), expression=exp.Anonymous(this="IF", expressions=[_prompt(text, question)] + _endpoint(endpoint)))
+            arguments_ = [_prompt(text, question)] + _endpoint(endpoint) + _category_examples(examples, label)
+            call = exp.Dot(this=exp.to_identifier("AI"), expression=exp.Anonymous(this="IF", expressions=arguments_))
             # Named with its category (AI_CLASSIFY['travel']): each category's node is told apart in
             # plans, the summary and warnings, where a long prompt's text is cut before its question.
             call.meta.update(node.meta, written_as=f"{spelling}[{label!r}]")
@@ -86,17 +88,56 @@ def _mode(named: dict, positional: list) -> tuple[str, str | None, exp.Struct | 
     found = {key: named.pop(key) for key in ("output_mode", "task_description") if key in named}
     config = next((p for p in positional[2:] if isinstance(p, exp.Struct)), None)
     if config is not None:
-        values = arguments.constant_value(config)
-        if isinstance(values, dict):
+        # the config's scalar keys, read one by one: its examples may hold what constant_value cannot fold
+        values = {
+            item.this.name.lower(): (arguments.literal_value(item.expression) if item.this.name.lower() != "examples" else None)
+            for item in config.expressions
+            if isinstance(item, (exp.PropertyEQ, exp.Slice, exp.Kwarg))
+        }
+        if values:
             for key in ("output_mode", "task_description"):
                 if key in values:
                     found[key] = exp.Literal.string(values[key]) if isinstance(values[key], str) else exp.Null()
-            unknown = set(values) - {"output_mode", "task_description"}
+            unknown = set(values) - {"output_mode", "task_description", "examples"}
             if unknown and str(values.get("output_mode", "")).lower() == "multi":
                 raise BindError(f"AI_CLASSIFY: option {sorted(unknown)[0]!r} is not read with output_mode 'multi'")
     mode = arguments.literal_value(found["output_mode"]) if "output_mode" in found else None
     task = arguments.literal_value(found["task_description"]) if "task_description" in found else None
     return (mode.lower() if isinstance(mode, str) else None), task, config
+
+
+def _examples(spelling: str, named: dict, config: exp.Struct | None, where: dict) -> str | None:
+    """The call's labelled examples as one DuckDB query whose `label` is the list of categories
+    that apply (BigQuery's `examples =>`, Snowflake's config `examples`), or None."""
+    from aisql.functions.ai_classify import snowflake_examples
+
+    given = named.pop("examples", None)
+    if config is not None:
+        for item in list(config.expressions):
+            if isinstance(item, (exp.PropertyEQ, exp.Slice, exp.Kwarg)) and item.this.name.lower() == "examples":
+                if given is not None:
+                    raise BindError(f"{spelling}: examples given twice (in the config object and as examples =>)", **where)
+                given = snowflake_examples(spelling, item.expression, multi=True)
+                item.pop()
+    if given is None:
+        return None
+    try:
+        return arguments.read_examples(spelling, given)
+    except BindError as err:
+        raise BindError(err.message, hint=err.hint, **where) from None
+
+
+def _category_examples(examples: str | None, label: str) -> list[exp.Expression]:
+    """A category's question learns from the same examples: its label is whether the category is
+    among the example's labels."""
+    if examples is None:
+        return []
+    query = sqlglot.parse_one(
+        f"SELECT * EXCLUDE (label), list_contains(CAST(label AS VARCHAR[]), {exp.Literal.string(label).sql(dialect='duckdb')}) AS label "
+        f"FROM ({examples}) AS __aisql_multi_examples",
+        read="duckdb",
+    )
+    return [exp.Kwarg(this=exp.var("examples"), expression=exp.Subquery(this=query))]
 
 
 def _prompt(text: exp.Expression, question: str) -> exp.Expression:
