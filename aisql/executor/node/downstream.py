@@ -24,7 +24,7 @@ from aisql.sql.calls import AICall
 # What stops the climb from the call: anything that reads a row, a group or another query.
 _READS_MORE = (exp.Column, exp.Query, exp.AggFunc, exp.Window, exp.Subquery, exp.Star, exp.Placeholder, exp.Parameter)
 # Where an expression ends and the statement's clauses begin.
-_CLAUSES = (exp.Alias, exp.Where, exp.Having, exp.Qualify, exp.Ordered, exp.Group, exp.Join, exp.Select, exp.From, exp.Lambda)
+_CLAUSES = (exp.Alias, exp.Where, exp.Having, exp.Qualify, exp.Ordered, exp.Group, exp.Join, exp.Select, exp.From, exp.Lambda, exp.PropertyEQ, exp.Kwarg, exp.Slice)
 
 
 def check_downstream(con: duckdb.DuckDBPyConnection, ast: exp.Expression, calls: Sequence[AICall]) -> None:
@@ -91,8 +91,10 @@ def _fails(con: duckdb.DuckDBPyConnection, around: exp.Expression, call_node: ex
         con.execute(f"SELECT {trial.sql(dialect='duckdb')}").fetchall()
     except duckdb.InterruptException:
         raise KeyboardInterrupt from None
-    except duckdb.Error as err:
-        return str(err).splitlines()[0]
+    except (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.OutOfRangeException) as err:
+        return str(err).splitlines()[0]  # the value itself fails: what an answer would meet
+    except duckdb.Error:
+        return None  # the piece cannot stand alone (a named struct field, a lambda's body): not a verdict
     return None
 
 
