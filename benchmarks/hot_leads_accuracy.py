@@ -36,18 +36,14 @@ QUERY = (
 
 
 def scored(rows: list[dict]) -> dict:
+    """The answers against the ground truth (decisions.binary's figures)."""
+    from decisions import binary
+
     truth = [is_lead(r["profile"], r["product"]) for r in rows]
     said = [bool(r["lead"]) for r in rows]
-    tp = sum(t and s for t, s in zip(truth, said))
-    fp = sum(s and not t for t, s in zip(truth, said))
-    fn = sum(t and not s for t, s in zip(truth, said))
-    tn = len(rows) - tp - fp - fn
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    bacc = (recall + (tn / (tn + fp) if tn + fp else 0.0)) / 2
-    return {"pairs": len(rows), "leads": sum(truth), "said_yes": sum(said), "tp": tp, "fp": fp, "fn": fn,
-            "precision": round(precision, 4), "recall": round(recall, 4), "f1": round(f1, 4), "balanced_accuracy": round(bacc, 4)}
+    figures = binary(said, truth)
+    return {"pairs": len(rows), "leads": sum(truth), "said_yes": sum(said), "precision": round(figures["precision"], 4), "recall": round(figures["recall"], 4),
+            "f1": round(figures["f1"], 4), "balanced_accuracy": round(figures["bacc"], 4)}
 
 
 def main() -> None:
