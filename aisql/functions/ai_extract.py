@@ -121,17 +121,12 @@ def _parsed_json(spelling: str, node: exp.Expression) -> exp.Expression:
 
 
 def _as_expression(value) -> exp.Expression:
+    """A JSON value as the SQL literal Snowflake's forms are written in (an object is a struct)."""
     if isinstance(value, dict):
         return exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(str(k)), expression=_as_expression(v)) for k, v in value.items()])
     if isinstance(value, list):
         return exp.Array(expressions=[_as_expression(v) for v in value])
-    if isinstance(value, bool):
-        return exp.true() if value else exp.false()
-    if value is None:
-        return exp.Null()
-    if isinstance(value, (int, float)):
-        return exp.Literal.number(value)
-    return exp.Literal.string(str(value))
+    return exp.convert(value)
 
 
 def _questions(spelling: str, node: exp.Expression) -> list[tuple[str, str]]:

@@ -57,13 +57,20 @@ def conversion_estimate(written_bytes: int) -> FirstRunCost:
         size, seconds = REFERENCE_CONVERSION
         return FirstRunCost("GGUF conversion", seconds * (written_bytes / size) ** 0.5, "from aisql's reference measurement: nothing converted on this machine yet")
     how = f"from {len(done)} conversion{'s' if len(done) != 1 else ''} measured here"
-    if len({size for size, _ in done}) >= 2:
-        n = len(done)
-        mean_x, mean_y = sum(x for x, _ in done) / n, sum(y for _, y in done) / n
-        slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in done) / sum((x - mean_x) ** 2 for x, _ in done))
-        return FirstRunCost("GGUF conversion", max(0.0, mean_y - slope * mean_x) + slope * written_bytes, how)
-    size, seconds = done[-1]
-    return FirstRunCost("GGUF conversion", seconds * (written_bytes / size) ** 0.5, how)
+    return FirstRunCost("GGUF conversion", seconds_by_size(done, written_bytes), how)
+
+
+def seconds_by_size(points: list[tuple[float, float]], size: float) -> float:
+    """A one-time cost (a conversion, a load) for `size` from (size, seconds) measured here: a line
+    through them where their sizes differ, else their mean scaled by the square root of the size
+    ratio (at these sizes the cost is mostly fixed: imports, kernel choice, file setup)."""
+    if len({x for x, _ in points}) >= 2:
+        n = len(points)
+        mean_x, mean_y = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+        slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points))
+        return max(0.0, mean_y - slope * mean_x) + slope * size
+    base, seconds = points[0][0], sum(y for _, y in points) / len(points)
+    return seconds * (size / base) ** 0.5
 
 
 def numerics_trial_estimate(trial_tokens: int, tokens_per_s: float, how: str) -> FirstRunCost:

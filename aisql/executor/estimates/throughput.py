@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from aisql.engine.model.first_run import seconds_by_size
+
 if TYPE_CHECKING:
     from aisql.planner.hardware import Hardware
 
@@ -65,9 +67,11 @@ def _read(path: Path) -> dict:
 
 def lookup(fingerprint: str, path: Path | None = None) -> Measured | None:
     entry = _read(path or log_path()).get(_key(fingerprint))
-    if not entry:
-        return None
+    return _measured(entry) if entry else None
 
+
+def _measured(entry: dict) -> Measured:
+    """One model's entry of the log as rates."""
     def rate(mode: str) -> float | None:
         tokens, seconds = entry.get(f"{mode}_tokens", 0), entry.get(f"{mode}_seconds", 0.0)
         return tokens / seconds if tokens >= MIN_TOKENS and seconds > 0 else None
@@ -103,8 +107,8 @@ def scaled(fingerprint_key: str | None, params: int, weight_bytes: int, path: Pa
             continue
         if not entry.get("params") or not entry.get("weight_bytes"):
             continue
-        measured = lookup(key.rsplit("|", 1)[0], path)
-        if measured is None or (measured.prefill_tokens_per_s or measured.planned_tokens_per_s) is None:
+        measured = _measured(entry)
+        if (measured.prefill_tokens_per_s or measured.planned_tokens_per_s) is None:
             continue
         if need_decode and measured.decode_pass_s is None:
             continue
@@ -289,15 +293,7 @@ def estimated_load(weight_bytes: int, path: Path | None = None) -> tuple[float, 
     ]
     if not points:
         return None
-    sizes = {size for size, _ in points}
-    if len(sizes) >= 2:
-        n = len(points)
-        mean_x, mean_y = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
-        slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points))
-        intercept = max(0.0, mean_y - slope * mean_x)
-        return intercept + slope * weight_bytes, n
-    size, seconds = points[0][0], sum(y for _, y in points) / len(points)
-    return seconds * (weight_bytes / size) ** 0.5, len(points)
+    return seconds_by_size(points, weight_bytes), len(points)
 
 
 def busy_elsewhere() -> float | None:

@@ -83,7 +83,7 @@ def _fails(con: duckdb.DuckDBPyConnection, around: exp.Expression, call_node: ex
     """DuckDB's first line where `around` fails with the call answering `value`, else None."""
     trial = around.copy()
     target = next(n for n in trial.find_all(exp.Anonymous) if n.name.lower() == call_node.name.lower())
-    literal = exp.cast(_literal(value), sql_type)
+    literal = exp.cast(exp.convert(value), sql_type)
     if target is trial:
         return None
     target.replace(literal)
@@ -96,14 +96,6 @@ def _fails(con: duckdb.DuckDBPyConnection, around: exp.Expression, call_node: ex
     except duckdb.Error:
         return None  # the piece cannot stand alone (a named struct field, a lambda's body): not a verdict
     return None
-
-
-def _literal(value: Any) -> exp.Expression:
-    if isinstance(value, bool):
-        return exp.true() if value else exp.false()
-    if isinstance(value, (int, float)):
-        return exp.Literal.number(value)
-    return exp.Literal.string(str(value))
 
 
 def _written(around: exp.Expression, call_node: exp.Expression, call: AICall) -> str:
