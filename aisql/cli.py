@@ -26,7 +26,7 @@ from aisql.stops import is_interrupt, report_error, report_interrupt, stop_signa
 
 from aisql.cli_options import run_flags, run_values  # noqa: E402
 from aisql.executor.options.run_options import EXPLAIN, RUN  # noqa: E402
-from aisql.engine.options import DTYPE_CHOICES, KV_EVICTIONS, QUANTIZATIONS  # noqa: E402
+from aisql.engine.options import DEFAULT_PASS_TOKENS, DTYPE_CHOICES, KV_EVICTIONS, QUANTIZATIONS  # noqa: E402
 from aisql.serve.choices import CACHE_ISOLATIONS, ROUTING_POLICIES  # noqa: E402
 from aisql.sql.dialect_names import DIALECTS  # noqa: E402
 
@@ -581,7 +581,7 @@ def _open_cache(path: str | None):
 @click.option("--cache-isolation", type=click.Choice(CACHE_ISOLATIONS), help="Prefix cache per API key or shared (default: per-key with several keys).")
 @click.option("--metrics-key", "metrics_keys", multiple=True, metavar="KEY", envvar="AISQL_METRICS_KEY", help="The operator's token for GET /metrics (repeatable; also $AISQL_METRICS_KEY). With several --api-key and none of these, /metrics is closed: it shows every tenant's cache reuse.")
 @click.option("--max-running", default=64, show_default=True, type=click.IntRange(min=1), help="Requests decoded together at most.")
-@click.option("--prefill-chunk", default=2048, show_default=True, type=click.IntRange(min=16), help="Prompt tokens prefilled between two decode passes.")
+@click.option("--pass-tokens", default=DEFAULT_PASS_TOKENS, show_default=True, type=click.IntRange(min=16), help="Token budget of one forward pass: every running request's decode plus prompt chunks (smaller: lower time per output token, prompts in more passes).")
 @click.option("--max-kv-tokens", type=click.IntRange(min=1), metavar="N", help="Admit requests while running ones need at most N tokens of KV (default: the KV budget's worth).")
 @click.option("--max-body-size", default="4MiB", show_default=True, metavar="SIZE", help="Largest request body accepted (413 beyond).")
 @click.option("--max-connections", default=1024, show_default=True, type=click.IntRange(min=1), help="Open connections at most; more are closed as they arrive.")
@@ -593,7 +593,7 @@ def _open_cache(path: str | None):
 @_handle_errors
 def serve(
     model, host, port, served_model_name, api_keys, metrics_keys, cache_isolation, device, dtype, threads, kv_budget, kv_eviction, quantize, no_prefix_cache, no_speculation,
-    max_running, prefill_chunk, max_kv_tokens, max_body_size, max_connections, read_timeout, replicas, routing, routing_imbalance, debug,
+    max_running, pass_tokens, max_kv_tokens, max_body_size, max_connections, read_timeout, replicas, routing, routing_imbalance, debug,
 ):
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
     streaming), with cross-request prefix caching and continuous batching."""
@@ -624,14 +624,14 @@ def serve(
 
         pool, engine = start_pool(
             resolved, options, replicas=replicas, routing=routing, imbalance=routing_imbalance,
-            serving={"max_running": max_running, "prefill_chunk": prefill_chunk, "max_kv_tokens": max_kv_tokens},
+            serving={"max_running": max_running, "pass_tokens": pass_tokens, "max_kv_tokens": max_kv_tokens},
             threads=threads,
         )
     else:
         engine = load_resolved(resolved, options)
     name = served_model_name or engine.info.name
     server = OpenAIServer(
-        engine, name, max_running=max_running, prefill_chunk=prefill_chunk, max_kv_tokens=max_kv_tokens,
+        engine, name, max_running=max_running, pass_tokens=pass_tokens, max_kv_tokens=max_kv_tokens,
         api_keys=api_keys, cache_isolation=cache_isolation, limits=limits, metrics_keys=metrics_keys, replicas=pool,
     )
     if engine.info.note:

@@ -156,6 +156,7 @@ def run(base_url: str, sessions: int, args) -> dict:
         "ttft_p50_ms": round(1000 * percentile(ttfts, 0.5), 1),
         "ttft_p90_ms": round(1000 * percentile(ttfts, 0.9), 1),
         "tpot_p50_ms": round(1000 * percentile(tpots, 0.5), 1) if tpots else None,
+        "tpot_p90_ms": round(1000 * percentile(tpots, 0.9), 1) if tpots else None,
         "tpot_p99_ms": round(1000 * percentile(tpots, 0.99), 1) if tpots else None,
         "chunk_gap_p50_ms": round(1000 * percentile(gaps, 0.5), 1) if gaps else None,
         "chunk_gap_p99_ms": round(1000 * percentile(gaps, 0.99), 1) if gaps else None,

@@ -94,15 +94,15 @@ def model_argument(name: str) -> str:
 
 
 @contextmanager
-def server_process(command: list[str], port: int, log_name: str, env: dict | None = None, ready_path: str = "/v1/models"):
+def server_process(command: list[str], port: int, log_name: str, env: dict | None = None, ready_path: str = "/v1/models", cwd: str | None = None):
     """A server subprocess (its output in results/<log_name>.log), yielded once GET `ready_path`
-    answers; stopped on exit."""
+    answers; stopped on exit. `cwd`: a source tree whose `aisql` `python -m aisql` then runs."""
     import subprocess
     import time
     import urllib.request
 
     log = open(RESULTS / f"{log_name}.log", "w")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})), cwd=cwd)
     started = time.perf_counter()
     try:
         while True:

@@ -448,3 +448,31 @@ def test_a_long_cached_prefix_is_read_in_place_and_scores_as_the_concatenation(r
         assert bool(cascaded) == (ratio == 6)
     assert max_diff(results[6], results[float("inf")]) < 1e-5
     assert max_diff(results[6], expected) < 1e-4
+
+
+def test_shared_prefix_levels_are_computed_in_one_pass(reference, monkeypatch):
+    """A three-level tree (instruction -> anchor -> tails): the instruction and the anchors, two
+    uncached shared levels, run as one flat pass (an anchor reads the instruction's segment in
+    the pass), and every score equals the one-prompt-at-a-time reference."""
+    from aisql.engine.batch import flat
+
+    engine = fresh()
+    encode = engine.tokenizer.encode
+    common = encode("One instruction that every prompt of this call begins with, word for word.")
+    anchors = [encode(f" Anchor {a} is a middle part that four prompts share.") for a in range(3)]
+    tails = [encode(f" Tail {t}?") for t in range(4)]
+    prompts = [tuple(common + a + t) for a in anchors for t in tails]
+    labels = (engine.encode_label("TRUE"), engine.encode_label("FALSE"))
+    requests = [ScoreRequest(p, labels) for p in prompts]
+    passes = []
+    run_flat = flat.run_flat
+
+    def recording(model, decoder, cache_kwarg, radix, segments, pad_id):
+        passes.append([s.reads for s in segments])
+        return run_flat(model, decoder, cache_kwarg, radix, segments, pad_id)
+
+    monkeypatch.setattr(flat, "run_flat", recording)
+    got = engine.score(requests)
+    assert max_diff(got, reference.score(requests, reuse=False)) < 1e-4
+    assert passes[0] == [None, 0, 0, 0], "both shared levels in the first pass, the anchors reading the instruction"
+    assert engine.stats.computed_tokens == trie_size(prompts)

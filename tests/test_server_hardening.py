@@ -118,16 +118,16 @@ def test_a_prompt_far_over_the_context_is_refused_without_tokenizing(engine):
 
 def test_an_engine_failure_fails_only_the_requests_of_its_step(server, monkeypatch):
     serving = server.api.serving
-    real = serving.engine.prefill
+    real = serving.engine.cached_prefix_pieces
     calls = []
 
-    def failing_once(prompts, salts=None):
-        calls.append(len(prompts))
+    def failing_once(prompt, salt=None):
+        calls.append(len(prompt))
         if len(calls) == 1:
             raise RuntimeError("injected failure")
-        return real(prompts, salts)
+        return real(prompt, salt)
 
-    monkeypatch.setattr(serving.engine, "prefill", failing_once)
+    monkeypatch.setattr(serving.engine, "cached_prefix_pieces", failing_once)
     code, answer = completion(server, prompt="This one meets the failure")
     assert code == 500 and "injected failure" in answer["error"]["message"]
     assert healthy(server), "the next request is served"

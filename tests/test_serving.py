@@ -50,12 +50,13 @@ def run_all(serving: ServingEngine, requests: list[ServeRequest]) -> Collector:
     return collector
 
 
-@pytest.mark.parametrize("prefill_chunk", [16, 2048])
-def test_continuous_batching_equals_plain_greedy(engine, prefill_chunk):
+@pytest.mark.parametrize("mixed", [True, False], ids=["one-pass", "separate-passes"])
+@pytest.mark.parametrize("pass_tokens", [16, 2048])
+def test_continuous_batching_equals_plain_greedy(engine, pass_tokens, mixed):
     texts = prompts(engine, 8)
     plain = engine.generate([GenerateRequest(p, 12 + i) for i, p in enumerate(texts)], reuse=False, speculative=False)
     engine.reset_cache()
-    serving = ServingEngine(engine, prefill_chunk=prefill_chunk)
+    serving = ServingEngine(engine, pass_tokens=pass_tokens, mixed=mixed)
     try:
         got = run_all(serving, [ServeRequest(p, 12 + i) for i, p in enumerate(texts)])
     finally:
@@ -71,13 +72,14 @@ def test_kv_admission_limit_holds(engine):
     limit = needs[-1] + needs[-2]  # room for two of them at a time
     serving = ServingEngine(engine, max_kv_tokens=limit)
     most = []
-    decode = serving._decode
+    execute = serving.execute
 
-    def counting_decode():
-        most.append(sum(len(s.handle.request.prompt_ids) + s.handle.request.max_tokens for s in serving.batch.rows))
-        decode()
+    def counting_execute(plan):
+        admitted = list(serving.scheduler.running) + [state.handle for state in serving.scheduler.prefilling]
+        most.append(sum(h.request.kv_need for h in admitted))
+        return execute(plan)
 
-    serving._decode = counting_decode
+    serving.execute = counting_execute
     try:
         got = run_all(serving, [ServeRequest(p, 20) for p in texts])
     finally:
@@ -101,13 +103,13 @@ def test_next_turn_starts_from_the_finished_conversation(engine):
     assert second.finished[0].cached_tokens == len(prompt) + len(first.tokens[0]) - 1
 
 
-@pytest.mark.parametrize("prefill_chunk", [16, 2048])  # chunked (start_sequence) and batched prefill
-def test_a_prompt_leaving_a_cached_turn_midway_reuses_the_shared_part(engine, prefill_chunk):
+@pytest.mark.parametrize("pass_tokens", [16, 2048])  # chunked (start_sequence) and batched prefill
+def test_a_prompt_leaving_a_cached_turn_midway_reuses_the_shared_part(engine, pass_tokens):
     """The finished turn is one edge of the tree; a prompt sharing its first k tokens matches into
     the middle of that edge and starts from k cached tokens (it used to count 0 on the chunked
     path), with the output of plain greedy decoding."""
     engine.reset_cache()
-    serving = ServingEngine(engine, prefill_chunk=prefill_chunk)
+    serving = ServingEngine(engine, pass_tokens=pass_tokens)
     try:
         prompt = prompts(engine, 1)[0]
         run_all(serving, [ServeRequest(prompt, 4)])
@@ -136,7 +138,7 @@ def test_cancel_before_and_during(engine):
         assert collector.finished[0].finish_reason == "cancelled"
     finally:
         serving.close()
-    assert serving.batch.rows == [] and serving.batch.cache is None
+    assert serving.rows == [] and serving.scheduler.prefilling == []
 
 
 def test_rejects_what_cannot_fit(engine):
@@ -167,15 +169,15 @@ class OnlyTheBackend:
         return getattr(self._engine, name)
 
 
-@pytest.mark.parametrize("prefill_chunk", [16, 2048])
-def test_the_loop_needs_only_the_declared_backend(engine, prefill_chunk):
+@pytest.mark.parametrize("pass_tokens", [16, 2048])
+def test_the_loop_needs_only_the_declared_backend(engine, pass_tokens):
     from aisql.engine.continuous.backend import ServingBackend
 
     assert isinstance(engine, ServingBackend)
     texts = prompts(engine, 3)
     plain = engine.generate([GenerateRequest(p, 6) for p in texts], reuse=False, speculative=False)
     engine.reset_cache()
-    serving = ServingEngine(OnlyTheBackend(engine), prefill_chunk=prefill_chunk)
+    serving = ServingEngine(OnlyTheBackend(engine), pass_tokens=pass_tokens)
     try:
         got = run_all(serving, [ServeRequest(p, 6) for p in texts])
     finally:

@@ -13,6 +13,12 @@ from aisql.engine.kv.eviction import POLICIES as KV_EVICTIONS
 from aisql.engine.model.numerics import DTYPES, QUANTIZATIONS, check_device
 from aisql.errors import AisqlError
 
+# Serving: tokens per forward pass (every running request's decode plus prompt chunks), measured
+# on the agent trace with SmolLM2 on 2 cores (benchmarks/RESULTS.md §39): small enough that a turn
+# being prefilled does not stall the decoding requests for long, large enough that a prompt still
+# arrives in a few passes.
+DEFAULT_PASS_TOKENS = 128
+
 DTYPE_CHOICES = ("auto", *DTYPES)  # --dtype: auto is float32 on CPU unless a faster one is measured to agree
 
 

@@ -173,7 +173,7 @@ def _less_cached(plan, estimate, stats: MeasuredStatistics, store, fingerprint: 
         nodes.append(
             dataclasses.replace(
                 est,
-                plan=Side(side.prompts * rest, side.tokens * rest, side.flops * rest, side.time_s * rest, side.usd * rest),
+                plan=Side(*(x * rest for x in dataclasses.astuple(side))),
                 cached_share=found.share,
                 cached_share_exact=found.exact,
             )

@@ -40,6 +40,7 @@ class Side:
     flops: float
     time_s: float
     usd: float
+    passes: float = 0.0  # forward passes the engine makes for it (LLM prompts; 0 where not modelled)
 
     def __add__(self, other: "Side") -> "Side":
         return Side(*(a + b for a, b in zip(astuple(self), astuple(other))))
@@ -360,7 +361,8 @@ def _side(prompts, tokens_run, flops, hardware: Hardware, model: ModelProfile | 
     else:
         prefill_passes = prompts
         decode_passes = prompts * decode_steps
-    time_s = max(flops / reachable, (prefill_passes + decode_passes) * weight_read)
+    passes = prefill_passes + decode_passes
+    time_s = max(flops / reachable, passes * weight_read)
     measured = hardware.planned_tokens_per_s if batched else (hardware.naive_tokens_per_s or hardware.planned_tokens_per_s)
     if measured:
         time_s = tokens_run / measured  # calibrated: what this engine did with this model before
@@ -371,7 +373,7 @@ def _side(prompts, tokens_run, flops, hardware: Hardware, model: ModelProfile | 
             generated = prompts * decode_steps
             per_pass = hardware.decode_pass_s or max(weight_read, _token_flops(model, DECODE_BATCH, tokens.prompt_tokens) / reachable)
             time_s = max(tokens_run - generated, 0.0) / measured + decode_passes * per_pass
-    return Side(prompts, tokens_run, flops, time_s, time_s * hardware.price_per_hour / 3600)
+    return Side(prompts, tokens_run, flops, time_s, time_s * hardware.price_per_hour / 3600, passes)
 
 
 # The planner's one table of request kinds: a kind with its own cost shape has an entry; SCORE and

@@ -151,6 +151,7 @@ def _side(side: Side) -> dict:
     return {
         "prompts": round(side.prompts),
         "tokens": round(side.tokens),
+        "passes": round(side.passes),
         "flops": side.flops,
         "time_s": side.time_s,
         "usd": side.usd,
@@ -346,7 +347,7 @@ def approximate_line(node, est, proxy: str | None = None) -> str | None:
 
 
 def _cost_line(naive: Side, plan: Side, calibrated: bool = False) -> str:
-    ratio = f" ({naive.tokens / plan.tokens:.1f}x fewer)" if plan.tokens else ""
+    ratio = f" ({naive.tokens / plan.tokens:.1f}x fewer" + (f", ~{plan.passes:,.0f} passes" if plan.passes else "") + ")" if plan.tokens else ""
     line = f"tokens naive {naive.tokens:,.0f} → plan {plan.tokens:,.0f}{ratio}"
     if naive.flops:
         line += f" · FLOPs {naive.flops:.2e} → {plan.flops:.2e}"

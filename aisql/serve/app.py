@@ -35,6 +35,7 @@ from starlette.routing import Route
 
 from aisql.engine.backends.hf import HFEngine
 from aisql.engine.continuous import FinishEvent, ServeRequest, ServingEngine, TokenEvent
+from aisql.engine.options import DEFAULT_PASS_TOKENS
 from aisql.serve.guards import EdgeGuards, RequestLimits
 from aisql.serve.metrics import ServerMetrics
 from aisql.serve.openai_format import ChatFormat, Choice, CompletionFormat, Delta, ResponseFormat, choice_seed, usage
@@ -56,7 +57,7 @@ class OpenAIServer:
         model_name: str,
         *,
         max_running: int = 64,
-        prefill_chunk: int = 2048,
+        pass_tokens: int = DEFAULT_PASS_TOKENS,
         max_kv_tokens: int | None = None,
         api_keys: Sequence[str] = (),
         cache_isolation: str | None = None,
@@ -80,7 +81,7 @@ class OpenAIServer:
         if replicas is not None:
             self.serving = replicas
         else:
-            self.serving = ServingEngine(engine, max_running=max_running, prefill_chunk=prefill_chunk, max_kv_tokens=max_kv_tokens)
+            self.serving = ServingEngine(engine, max_running=max_running, pass_tokens=pass_tokens, max_kv_tokens=max_kv_tokens)
         self.metrics = ServerMetrics(self.serving, model_name)
         self.created = int(time.time())
         routes = [

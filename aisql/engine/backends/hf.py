@@ -19,14 +19,15 @@ from typing import Sequence
 import torch
 
 from aisql.engine.base import EngineStats, GenerateRequest, Generation, LabelScores, ModelFacts, ModelInfo, ScoreRequest
-from aisql.engine.batch.model_runner import BatchOutput, ModelRunner, Row
+from aisql.engine.batch.model_runner import BatchOutput, ModelRunner
 from aisql.engine.model.prompt_format import EncodesPrompts, PromptFormat
 from aisql.engine.kv.eviction import eviction_policy
-from aisql.engine.kv.radix import RadixCache
+from aisql.engine.kv.radix import RadixCache, RadixNode
 from aisql.engine.batch.scheduler import Scheduler, Work
 from aisql.engine.batch import flat as flat_attention
 from aisql.engine.backends.hf_decoding import BatchDecode
 from aisql.engine.backends.hf_scoring import score_batch
+from aisql.engine.backends.hf_shared import shared_levels_in_one_pass
 from aisql.engine.batch.flat import FlatOutput, Segment
 from aisql.engine.decoding.speculative import NgramIndex, SpeculationConfig
 
@@ -195,22 +196,36 @@ class HFEngine(EncodesPrompts):
             return 0
         return min(self.radix.match_prefix(prompt, salt).length, len(prompt) - 1)
 
-    def prefill(self, prompts: Sequence[Sequence[int]], salts: Sequence[str | None] | None = None) -> tuple[BatchOutput, list[int]]:
-        """Prefill several prompts in one pass, each from its deepest cached prefix (prefixes they
-        share but the tree lacks are computed once first), storing their KV in the tree. Returns
-        the pass (its cache kept, one row per prompt) and each prompt's cached length."""
+    @property
+    def mixed_passes(self) -> bool:
+        """Whether the serving loop may run decode rows and prompt chunks in one pass: the
+        model's attention is plain (the "aisql" attention is registered for it)."""
+        return self.flat
+
+    def share_prefixes(self, prompts: Sequence[Sequence[int]], salts: Sequence[str | None] | None = None) -> None:
+        """Compute, once, the uncached prefixes two or more of these prompts share, into the tree
+        (prompts starting together then each read them instead of computing them again)."""
+        if not self.prefix_cache or len(prompts) < 2:
+            return
         self._follow_load()
-        if not self.prefix_cache:  # nothing enters the tree, not even as structure
-            works = [Work(Row(self.radix.root, 0, list(p)), [], i, p) for i, p in enumerate(prompts)]
-            return self.run_rows(works, keep_cache=True, store=False), [0] * len(works)
         chains = self.scheduler.admit(prompts, salts)
         try:
             self.compute_shared(chains)
-            works = [self.scheduler.refresh(self.scheduler.leaf_work(i, p, chains[i], True)) for i, p in enumerate(prompts)]
-            out = self.run_rows(works, keep_cache=True, store=True)
         finally:
             self.scheduler.release(chains)
-        return out, [w.row.prefix_len for w in works]
+
+    def cached_prefix_pieces(self, prompt: Sequence[int], salt: str | None = None) -> list[tuple[RadixNode, int]]:
+        """The longest cached prefix of `prompt` (all but its last token at most) as the tree's
+        node pieces, to be copied once where the sequence's KV lives; counted as hits."""
+        if not self.prefix_cache:
+            return []
+        match = self.radix.match_prefix(prompt, salt)
+        cached = min(match.length, len(prompt) - 1)
+        if not cached:
+            return []
+        self.radix.touch(match.node)
+        self.stats.kv_hit_tokens += cached
+        return self.radix.kv_segments(match.node, cached)
 
     def start_sequence(self, prompt: Sequence[int], salt: str | None = None):
         """A new KV cache for one sequence, seeded with the longest prefix the tree holds (all but
@@ -240,7 +255,10 @@ class HFEngine(EncodesPrompts):
     # ---- shared mechanics ------------------------------------------------------------------
     def compute_shared(self, chains) -> None:
         """Compute and store the uncached prefixes shared by two or more of the call's requests
-        along `chains`, top-down."""
+        along `chains`, top-down: every level in one flat pass where they fit one (a level reads
+        its parent level in the pass), else a pass (or batches) per level."""
+        if shared_levels_in_one_pass(self, self.scheduler.shared_nodes(chains)):
+            return
         for level in self.scheduler.shared_levels(chains):
             level.sort(key=lambda w: len(w.row.tokens))  # independent rows: similar lengths pad less
             for batch in self.scheduler.batches(level):

@@ -28,8 +28,9 @@ computes what transformers' SDPA computes.
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,9 @@ class Segment:
     tokens: Sequence[int]
     start: int  # position of tokens[0] in its sequence
     parent: int | None = None  # index of the segment it continues (its tokens are visible)
+    # Index of a segment of the same pass whose path is this one's prefix: a tree level computed
+    # in the pass that reads it (`prefix`/`prefix_len` are then the chain's cached start).
+    reads: int | None = None
 
 
 @dataclass
@@ -56,9 +60,11 @@ class _Group:
     """Segments reading one prefix: contiguous in the flat sequence."""
 
     prefix: RadixNode
-    prefix_len: int
+    prefix_len: int  # prefix tokens every member sees: the cached ones, then the in-pass chain's
     begin: int  # first flat position
     end: int
+    cached_len: int = 0  # of those, read from the prefix tree
+    chain: list[tuple[int, int]] = field(default_factory=list)  # flat [begin, end) of the in-pass segments read, root first
     mask: torch.Tensor | None = None  # [T_g, P + T_g]; or [L, P + L] when batched
     prefix_kv: list[LayerKV] = field(default_factory=list)  # per layer, [Hkv, P, D]
     batched: "_Batched | None" = None  # the group run as a padded batch of its segments
@@ -98,6 +104,22 @@ class _Pass:
         self.keys: list[torch.Tensor | None] = [None] * layers
         self.values: list[torch.Tensor | None] = [None] * layers
 
+    def attend(self, module, query, key, value, scaling):
+        return _flat_attention(self, module, query, key, value, scaling)
+
+
+@contextmanager
+def active(state) -> Iterator[None]:
+    """While the block runs, the "aisql" attention of this thread's forward passes is
+    `state.attend(module, query [1, H, T, D], key, value [1, Hkv, T, D], scaling)` -> ([1, T, H, D],
+    None), and the model builds no mask (the state knows what each token sees). The flat pass
+    here and the serving loop's mixed pass (aisql.engine.continuous.mixed_pass) are such states."""
+    _active.flat = state
+    try:
+        yield
+    finally:
+        _active.flat = None
+
 
 def register() -> None:
     """Make "aisql" an attention implementation transformers knows (idempotent)."""
@@ -113,7 +135,7 @@ def register() -> None:
         if flat is None:
             grouped = grouped_sdpa(module, query, key, value, attention_mask, **kwargs)
             return grouped if grouped is not None else sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-        return _flat_attention(flat, module, query, key, value, kwargs.get("scaling"))
+        return flat.attend(module, query, key, value, kwargs.get("scaling"))
 
     def mask(*args, **kwargs):
         if getattr(_active, "flat", None) is not None:
@@ -148,21 +170,24 @@ def run_flat(model, decoder, cache_kwarg: str, radix: RadixCache, segments: Sequ
     layers = model.config.num_hidden_layers
     for group, members in groups:
         member_segments = [segments[i] for i in members]
+        group.cached_len = group.prefix_len
+        reads = member_segments[0].reads
+        while reads is not None:  # the in-pass path this group reads, innermost first
+            group.chain.insert(0, (offsets[reads], offsets[reads] + len(segments[reads].tokens)))
+            reads = segments[reads].reads
+        group.prefix_len += sum(end - begin for begin, end in group.chain)
         group.batched = _batched_layout(member_segments, group.prefix_len, device)
         if group.batched is not None:
             group.mask = _batched_mask(group.batched.length, group.prefix_len, device)
         else:
             group.mask = _group_mask(member_segments, members, offsets, group, device)
-        if group.prefix_len:
-            group.prefix_kv = radix.gather(group.prefix, group.prefix_len)
+        if group.cached_len:
+            group.prefix_kv = radix.gather(group.prefix, group.cached_len)
     state = _Pass([g for g, _ in groups], layers)
     ids = torch.tensor([flat_ids], dtype=torch.long, device=device)
     positions = torch.tensor([flat_positions], dtype=torch.long, device=device)
-    _active.flat = state
-    try:
+    with active(state):
         hidden = decoder(input_ids=ids, position_ids=positions, **{cache_kwarg: None, "use_cache": False}).last_hidden_state
-    finally:
-        _active.flat = None
     return FlatOutput(hidden[0], offsets, [k[0] for k in state.keys], [v[0] for v in state.values])
 
 
@@ -174,9 +199,9 @@ def _group(segments: Sequence[Segment]) -> tuple[list[int], list[tuple[_Group, l
     for i, s in enumerate(segments):
         if s.parent is not None:
             children.setdefault(s.parent, []).append(i)
-    by_prefix: dict[tuple[int, int], list[int]] = {}
+    by_prefix: dict[tuple[int, int, int | None], list[int]] = {}
     for i in roots:
-        key = (id(segments[i].prefix), segments[i].prefix_len)
+        key = (id(segments[i].prefix), segments[i].prefix_len, segments[i].reads)
         by_prefix.setdefault(key, []).extend([i, *children.get(i, [])])
     order: list[int] = []
     groups = []
@@ -232,8 +257,9 @@ def _batched_mask(length: int, prefix_len: int, device) -> torch.Tensor:
     return torch.cat([torch.ones((length, prefix_len), dtype=torch.bool, device=device), causal], dim=1)
 
 
-def _batched_attention(group: _Group, layer: int, q, k, v, scaling) -> torch.Tensor:
-    """q [H, T_g, D], k/v [Hkv, T_g, D] of one group -> [H, T_g, D], attention per segment."""
+def _batched_attention(group: _Group, layer: int, q, k, v, key, value, scaling) -> torch.Tensor:
+    """q [H, T_g, D], k/v [Hkv, T_g, D] of one group (key/value: the whole pass's, for an
+    in-pass prefix) -> [H, T_g, D], attention per segment."""
     batch = group.batched
     segments, length = batch.segments, batch.length
 
@@ -241,11 +267,12 @@ def _batched_attention(group: _Group, layer: int, q, k, v, scaling) -> torch.Ten
         heads, _, dim = x.shape
         return x.index_select(1, batch.gather).view(heads, segments, length, dim).transpose(0, 1)
 
-    if _cascades(group):
-        return _cascade_attention(group, layer, q, padded(q), padded(k), padded(v), scaling)
+    prefix = _prefix(group, layer, key, value)
+    if _cascades(group, q.device):
+        return _cascade_attention(group, prefix, q, padded(q), padded(k), padded(v), scaling)
     qs, ks, vs = padded(q), padded(k), padded(v)
-    if group.prefix_len:
-        prefix_k, prefix_v = group.prefix_kv[layer]
+    if prefix is not None:
+        prefix_k, prefix_v = prefix
         shape = (segments, *prefix_k.shape)
         ks = torch.cat([prefix_k.to(ks.dtype).unsqueeze(0).expand(shape), ks], dim=2)
         vs = torch.cat([prefix_v.to(vs.dtype).unsqueeze(0).expand(shape), vs], dim=2)
@@ -266,17 +293,30 @@ CASCADE_MIN_SEGMENTS = 8
 _flash_with_lse = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
-def _cascades(group: _Group) -> bool:
+def _cascades(group: _Group, device) -> bool:
     batch = group.batched
     return (
         _flash_with_lse is not None
         and group.prefix_len >= max(CASCADE_MIN_PREFIX, CASCADE_PREFIX_OVER_SEGMENT * batch.length)
         and batch.segments >= CASCADE_MIN_SEGMENTS
-        and group.prefix_kv[0][0].device.type == "cpu"
+        and device.type == "cpu"
     )
 
 
-def _cascade_attention(group: _Group, layer: int, q, qs, ks, vs, scaling) -> torch.Tensor:
+def _prefix(group: _Group, layer: int, key, value) -> LayerKV | None:
+    """The keys and values every member of the group sees before its own tokens, [Hkv, P, D]:
+    the cached prefix as gathered for the pass, then the in-pass segments it reads (this layer's
+    keys of the pass; none are copied when there is only one part)."""
+    parts = [(k.to(key.dtype), v.to(value.dtype)) for k, v in [group.prefix_kv[layer]]] if group.cached_len else []
+    parts += [(key[0, :, begin:end], value[0, :, begin:end]) for begin, end in group.chain]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([k for k, _ in parts], dim=1), torch.cat([v for _, v in parts], dim=1)
+
+
+def _cascade_attention(group: _Group, prefix: LayerKV, q, qs, ks, vs, scaling) -> torch.Tensor:
     """A batched group's attention in two parts merged by their log-sum-exps (as FlashInfer's and
     vLLM's cascade attention do): every query of the group against the cached prefix in one
     unmasked call over the group's prefix KV as gathered for the pass (one copy per pass, none per
@@ -286,7 +326,7 @@ def _cascade_attention(group: _Group, layer: int, q, qs, ks, vs, scaling) -> tor
     batch = group.batched
     heads, tokens, dim = q.shape
     kv_heads = ks.shape[1]
-    prefix_k, prefix_v = group.prefix_kv[layer]
+    prefix_k, prefix_v = prefix
     stacked = q.reshape(1, kv_heads, (heads // kv_heads) * tokens, dim)
     a, la = _flash_with_lse(stacked, prefix_k.to(q.dtype).unsqueeze(0), prefix_v.to(q.dtype).unsqueeze(0), 0.0, False, scale=scaling)
     a, la = a.reshape(heads, tokens, dim), la.reshape(heads, tokens)
@@ -307,15 +347,15 @@ def _flat_attention(state: _Pass, module, query, key, value, scaling):
     for group in state.groups:
         if group.batched is not None:
             rows = slice(group.begin, group.end)
-            out[0, :, rows] = _batched_attention(group, layer, query[0, :, rows], key[0, :, rows], value[0, :, rows], scaling)
+            out[0, :, rows] = _batched_attention(group, layer, query[0, :, rows], key[0, :, rows], value[0, :, rows], key, value, scaling)
             continue
         q = query[:, :, group.begin : group.end]
         k = key[:, :, group.begin : group.end]
         v = value[:, :, group.begin : group.end]
-        if group.prefix_len:
-            prefix_k, prefix_v = group.prefix_kv[layer]
-            k = torch.cat([prefix_k.unsqueeze(0).to(k.dtype), k], dim=2)
-            v = torch.cat([prefix_v.unsqueeze(0).to(v.dtype), v], dim=2)
+        prefix = _prefix(group, layer, key, value)
+        if prefix is not None:
+            k = torch.cat([prefix[0].unsqueeze(0), k], dim=2)
+            v = torch.cat([prefix[1].unsqueeze(0), v], dim=2)
         out[:, :, group.begin : group.end] = F.scaled_dot_product_attention(
             q, k, v, attn_mask=group.mask, scale=scaling, enable_gqa=True
         )

@@ -74,6 +74,15 @@ class Scheduler:
             if works:
                 yield works
 
+    def shared_nodes(self, chains: Sequence[list[RadixNode]]) -> list[RadixNode]:
+        """The uncached nodes two or more of the call's requests pass through, parents first."""
+        found: dict[int, tuple[int, RadixNode]] = {}
+        for chain in chains:
+            for depth, node in enumerate(chain):
+                if node.pending >= 2 and node.kv is None:
+                    found.setdefault(id(node), (depth, node))
+        return [node for _, node in sorted(found.values(), key=lambda entry: entry[0])]
+
     def leaf_work(self, index: int, prompt: Sequence[int], chain: list[RadixNode], reuse: bool) -> Work:
         """The row of one request: the tokens after its deepest cached ancestor (at least one,
         since the last position's hidden state is what scoring and decoding need)."""

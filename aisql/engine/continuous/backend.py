@@ -30,11 +30,20 @@ class ServingBackend(Protocol):
     def cached_prefix_length(self, prompt: Sequence[int], salt: str | None = None) -> int:
         """Prompt tokens the prefix cache would serve now."""
 
-    def prefill(self, prompts: Sequence[Sequence[int]], salts: Sequence[str | None] | None = None) -> tuple[Any, list[int]]:
-        """Several prompts prefilled in one pass from their cached prefixes: (the pass, cached lengths)."""
+    @property
+    def mixed_passes(self) -> bool:
+        """Whether decode rows and prompt chunks may share a pass (the mixed pass's attention
+        is registered for this model)."""
+
+    def share_prefixes(self, prompts: Sequence[Sequence[int]], salts: Sequence[str | None] | None = None) -> None:
+        """Compute once the uncached prefixes two or more of these prompts share."""
+
+    def cached_prefix_pieces(self, prompt: Sequence[int], salt: str | None = None) -> list:
+        """The prompt's cached prefix as the prefix tree's (node, tokens) pieces; counted as hits."""
 
     def start_sequence(self, prompt: Sequence[int], salt: str | None = None) -> tuple[Any, int]:
-        """A KV cache for one sequence seeded with its cached prefix: (cache, cached tokens)."""
+        """A KV cache for one sequence seeded with its cached prefix: (cache, cached tokens), for
+        the separate-pass path."""
 
     def store_sequence(self, tokens: Sequence[int], kv_of: Callable[[int, int], list], salt: str | None = None) -> None:
         """Keep a finished sequence's KV in the prefix cache for the next turn."""

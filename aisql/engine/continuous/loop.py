@@ -3,15 +3,19 @@ the batch AI-SQL path.
 
 One engine thread loops over steps, each schedule -> execute -> update (as vLLM v1's engine core):
 1. `scheduler.schedule()` plans the step from the requests' states it owns (waiting,
-   prefilling, running): requests to drop, a chunk of a long prompt, waiting requests to
-   prefill together (aisql.engine.continuous.scheduler);
-2. `execute(plan)` runs it on the engine (a `ServingBackend`): the prefills (each from the
-   deepest prefix the radix tree holds, their KV stored for the next turn), then one decode pass
-   over every running request (greedy ones verify prompt-lookup drafts in it, sampled ones draw
-   one token: aisql.engine.decoding.decode); tokens go to each request's sink, finished ones
-   leave the batch (their prompt + output KV kept in the tree: a conversation's next turn
-   computes only its new tokens);
-3. `scheduler.update(result)` takes the step's outcome: the prefill still in progress, the
+   prefilling, running): requests to drop, the prompt chunks that fit the step's token budget
+   beside every running request's decode (aisql.engine.continuous.scheduler);
+2. `execute(plan)` runs it on the engine (a `ServingBackend`) in **one forward pass** where the
+   model's attention is plain (aisql.engine.continuous.mixed_pass): every running request's last
+   token and speculative draft (greedy ones verify prompt-lookup drafts, sampled ones draw one
+   token) together with the prompt chunks, each request's KV in its own buffers
+   (aisql.engine.continuous.sequence_kv), a prompt's cached prefix copied from the radix tree
+   once when it starts. A prompt whose last chunk ran picks its first token and decodes from the
+   next step; tokens go to each request's sink; finished requests leave (their prompt + output KV
+   kept in the tree: a conversation's next turn computes only its new tokens). Models whose
+   attention the mixed pass does not cover (sliding windows, soft-capping) run the chunks and
+   then one decode pass over a padded batch cache (`SeparatePasses` below), as before;
+3. `scheduler.update(result)` takes the step's outcome: the prompts still in progress, the
    requests now running.
 
 Sinks only enqueue, so a slow client never holds the loop. The loop thread alone changes state;
@@ -23,19 +27,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from aisql.engine.base import EngineStats
-from aisql.engine.decoding.decode import DecodeRow, decode_pass, greedy_accept, settle
 from aisql.engine.continuous.backend import ServingBackend
-from aisql.engine.continuous.batch import RunningBatch
-from aisql.engine.continuous.request import FinishEvent, Prefilling, RequestHandle, Running, ServeRequest, Sink, TokenEvent
-from aisql.engine.decoding.token_sampling import seeded_generator
+from aisql.engine.continuous.mixed_pass import MixedPasses
 from aisql.engine.continuous.next_token import choose_token, token_logprobs
+from aisql.engine.continuous.request import FinishEvent, Prefilling, RequestHandle, Running, ServeRequest, Sink, TokenEvent
 from aisql.engine.continuous.scheduler import ServingScheduler, StepPlan, StepResult
+from aisql.engine.continuous.separate_passes import SeparatePasses
+from aisql.engine.continuous.sequence_kv import SequenceKV
+from aisql.engine.decoding.token_sampling import seeded_generator
+from aisql.engine.options import DEFAULT_PASS_TOKENS
+
 
 
 def _engine_counter(name: str) -> property:
@@ -55,6 +62,7 @@ class ServingStats:
     prompt_tokens: int = 0
     running: int = 0
     waiting: int = 0
+    mixed_passes: int = 0  # passes that carried decode rows and prompt tokens together
 
     prefix_hit_tokens = _engine_counter("kv_hit_tokens")
     generated_tokens = _engine_counter("generated_tokens")
@@ -65,22 +73,31 @@ class ServingStats:
 
 class ServingEngine:
     def __init__(
-        self, engine: ServingBackend, *, max_running: int = 64, prefill_chunk: int = 2048, max_kv_tokens: int | None = None
+        self,
+        engine: ServingBackend,
+        *,
+        max_running: int = 64,
+        pass_tokens: int = DEFAULT_PASS_TOKENS,
+        max_kv_tokens: int | None = None,
+        mixed: bool | None = None,
     ) -> None:
-        """`max_kv_tokens`: admit a request only while every running request's prompt + max_tokens
-        fits in this many tokens of KV (default: as many as the prefix cache's memory budget holds);
-        one request alone is always admitted."""
+        """`pass_tokens`: the token budget of one pass (decode rows first, prompt chunks after).
+        `max_kv_tokens`: admit a request only while every admitted request's prompt + max_tokens
+        fits in this many tokens of KV (default: as many as the prefix cache's memory budget
+        holds); one request alone is always admitted. `mixed`: one pass for decode and prompt
+        chunks (default: wherever the engine's attention allows it)."""
         self.engine = engine
         self.runner = engine.runner
         per_token = max(1, self.runner.bytes_per_token)
         self.max_kv_tokens = max_kv_tokens or max(engine.info.max_context, engine.kv_budget_bytes // per_token)
+        self.mixed = engine.mixed_passes if mixed is None else (mixed and engine.mixed_passes)
         self.scheduler = ServingScheduler(
             max_running=max_running,
-            prefill_chunk=prefill_chunk,
+            pass_tokens=pass_tokens,
             max_kv_tokens=self.max_kv_tokens,
             cached_prefix=engine.cached_prefix_length,
         )
-        self.batch = RunningBatch(self.runner)
+        self.passes = MixedPasses(self) if self.mixed else SeparatePasses(self)  # the strategy, chosen once
         self.stats = ServingStats(engine.stats)
         self._inbox: list[RequestHandle] = []
         self._cond = threading.Condition()
@@ -133,24 +150,24 @@ class ServingEngine:
                 result = self._fail_step(plan, f"{type(err).__name__}: {err}")
             self.scheduler.update(result)
             self.stats.running = len(self.scheduler.running)
-            self.stats.waiting = len(self.scheduler.waiting) + (self.scheduler.prefilling is not None)
+            self.stats.waiting = len(self.scheduler.waiting) + len(self.scheduler.prefilling)
 
     def execute(self, plan: StepPlan) -> StepResult:
-        """Run one planned step — retire, prefill, decode — sending tokens to the requests."""
+        """Run one planned step — retire, start prompts, then the pass (or passes) — sending
+        tokens to the requests."""
         for handle in plan.finish_unstarted:
             self._finish_unstarted(handle)
         if plan.retire:
             self._retire(plan.retire)
-        prefilling = plan.chunk
-        if plan.start_chunked is not None:
-            prefilling = self._start_chunked(plan.start_chunked)
-        if plan.chunk_tokens and prefilling is not None and self._prefill_chunk(prefilling, plan.chunk_tokens):
-            prefilling = None  # the whole prompt is in: it joined the batch (or already finished)
-        if plan.prefill:
-            self._prefill_together(plan.prefill)
-        if self.batch.rows:
-            self._decode()
-        return StepResult(prefilling=prefilling, running=[sequence.handle for sequence in self.batch.rows])
+        self._start([state for state, _ in plan.chunks if state.cache is None])
+        self.passes.run(plan.chunks)
+        prefilling = [s for s in self.scheduler.prefilling if s.done < len(s.handle.request.prompt_ids)]
+        return StepResult(prefilling=prefilling, running=[sequence.handle for sequence in self.rows])
+
+    @property
+    def rows(self) -> list[Running]:
+        """The decoding requests, in row order."""
+        return self.passes.rows
 
     def _fail_step(self, plan: StepPlan, message: str) -> StepResult:
         """Fail the requests the failed step touched (the scheduler says which); waiting requests
@@ -159,60 +176,37 @@ class ServingEngine:
             if not handle.finished:
                 self.stats.failed += 1
                 handle.finish(FinishEvent("error", len(handle.request.prompt_ids), 0, 0, error=message))
-        self.batch = RunningBatch(self.runner)
-        return StepResult(prefilling=None, running=[])
+        self.passes.clear()
+        return StepResult(prefilling=[], running=[])
 
-    # ---- prefill ---------------------------------------------------------------------------
-    def _prefill_together(self, handles: list[RequestHandle]) -> None:
-        """Prefill several prompts in one pass, pick their first tokens, join the batch."""
-        out, cached = self.engine.prefill([h.request.prompt_ids for h in handles], [h.request.cache_salt for h in handles])
-        rows = torch.arange(len(handles), device=self.runner.device)
-        logits = self.runner.logits(out.hidden[rows, torch.tensor(out.lengths, device=self.runner.device) - 1])
-        keep, joining = [], []
-        for b, handle in enumerate(handles):
-            self.stats.prompt_tokens += len(handle.request.prompt_ids)
-            sequence = self._running(handle, cached[b])
-            if not self._first_token(sequence, logits[b]):
-                keep.append(b)
-                joining.append(sequence)
-        if not keep:
+    # ---- prompts ---------------------------------------------------------------------------
+    def _start(self, states: list[Prefilling]) -> None:
+        """Prompts starting this step: the uncached prefixes two or more of them share computed
+        once, then each one's cached prefix read into its own KV."""
+        if not states:
             return
-        mask = out.mask
-        if len(keep) < len(handles):
-            index = torch.tensor(keep, device=self.runner.device)
-            out.cache.batch_select_indices(index)
-            mask = mask[index]
-        self.batch.join(joining, out.cache, mask)
+        if len(states) > 1:
+            self.engine.share_prefixes([s.handle.request.prompt_ids for s in states], [s.handle.request.cache_salt for s in states])
+        layers = self.runner.model.config.num_hidden_layers
+        for state in states:
+            request = state.handle.request
+            if self.mixed:
+                state.cache = SequenceKV(layers, request.kv_need)
+                cached = state.cache.seed(self.engine.cached_prefix_pieces(request.prompt_ids, request.cache_salt))
+            else:
+                state.cache, cached = self.engine.start_sequence(request.prompt_ids, request.cache_salt)
+            state.done = state.cached = cached
+            self.stats.prompt_tokens += len(request.prompt_ids)
 
-    def _start_chunked(self, handle: RequestHandle) -> Prefilling:
-        cache, cached = self.engine.start_sequence(handle.request.prompt_ids, handle.request.cache_salt)
-        self.stats.prompt_tokens += len(handle.request.prompt_ids)
-        return Prefilling(handle, cache, cached, cached)
-
-    def _prefill_chunk(self, state: Prefilling, tokens: int) -> bool:
-        """Run the next `tokens` of a chunked prefill; True when the whole prompt is in."""
+    def prompt_done(self, state: Prefilling, logits: torch.Tensor, kv_of, kv: SequenceKV | None) -> Running | None:
+        """The whole prompt is in: keep its KV for later turns, pick the first token; the request
+        to decode from the next step, or None when that token already ended it."""
         prompt = state.handle.request.prompt_ids
-        end = min(len(prompt), state.done + tokens)
-        ids = torch.tensor([prompt[state.done : end]], device=self.runner.device)
-        positions = torch.arange(state.done, end, device=self.runner.device).unsqueeze(0)
-        hidden = self.runner.forward(ids, state.cache, position_ids=positions)
-        self.runner.count(end - state.done, state.done)
-        state.done = end
-        if end < len(prompt):
-            return False
-        # The whole prompt is in: keep its KV for later turns, pick the first token, join the batch.
-        layers = state.cache.layers
-        self.engine.store_sequence(
-            prompt,
-            lambda start, stop: [(layer.keys[0, :, start:stop].clone(), layer.values[0, :, start:stop].clone()) for layer in layers],
-            state.handle.request.cache_salt,
-        )
-        sequence = self._running(state.handle, state.cached)
-        if not self._first_token(sequence, self.runner.logits(hidden[:, -1])[0]):
-            self.batch.join([sequence], state.cache, torch.ones((1, len(prompt)), dtype=torch.long, device=self.runner.device))
-        return True
+        self.engine.store_sequence(prompt, kv_of, state.handle.request.cache_salt)
+        sequence = self._running(state.handle, state.cached, kv)
+        return None if self._first_token(sequence, logits) else sequence
 
-    def _running(self, handle: RequestHandle, cached: int) -> Running:
+    def _running(self, handle: RequestHandle, cached: int, kv: SequenceKV | None = None) -> Running:
         request = handle.request
         speculate = request.greedy and request.speculative and self.engine.speculation is not None
         return Running(
@@ -221,6 +215,7 @@ class ServingEngine:
             cached=cached,
             drafts=self.engine.drafter(list(request.prompt_ids)) if speculate else None,
             generator=seeded_generator(request.seed, self.runner.device),
+            kv=kv,
         )
 
     def _first_token(self, sequence: Running, logits: torch.Tensor) -> bool:
@@ -232,48 +227,34 @@ class ServingEngine:
         self.stats.cancelled += 1
         handle.finish(FinishEvent("cancelled", len(handle.request.prompt_ids), 0, 0))
 
-    # ---- decode ----------------------------------------------------------------------------
     def _retire(self, rows: Sequence[int]) -> None:
         for row in rows:
-            sequence = self.batch.rows[row]
+            sequence = self.rows[row]
             self.stats.cancelled += 1
             sequence.handle.finish(sequence.finish_event("cancelled"))
         gone = set(rows)
-        self.batch.keep([row for row in range(len(self.batch.rows)) if row not in gone])
+        self.passes.keep([row for row in range(len(self.rows)) if row not in gone])
 
-    def _decode(self) -> None:
-        batch = self.batch
-        rows = [
-            DecodeRow(s.feed, s.position, s.drafts.propose(s.request.max_tokens - len(s.outputs) - 1) if s.drafts else [])
-            for s in batch.rows
-        ]
-        out = decode_pass(self.runner, batch.cache, batch.mask, rows)
-        batch.mask = out.mask
-        chosen, accepted = [], []
-        for index, (sequence, row) in enumerate(zip(batch.rows, rows)):
-            if sequence.request.greedy:
-                tokens, kept = greedy_accept(row.draft, out.logits[index])
-            else:
-                tokens, kept = [choose_token(sequence, out.logits[index, 0])[0]], 0
-            if sequence.drafts is not None:
-                sequence.drafts.feedback(len(row.draft), kept)
-            chosen.append(tokens)
-            accepted.append(kept)
-        settle(self.runner, self.engine.stats, out, rows, accepted)
-        keep = []
-        for index, (sequence, row, tokens) in enumerate(zip(batch.rows, rows, chosen)):
-            sequence.position = row.position
-            logprobs = tops = None
-            if sequence.request.logprobs is not None:
-                scored = [token_logprobs(out.logits[index, j], token, sequence.request.logprobs) for j, token in enumerate(tokens)]
-                logprobs, tops = [s[0] for s in scored], [s[1] for s in scored]
-            if self._emit(sequence, tokens, logprobs, tops):
-                # Keep prompt + output (but its last token, never run) for the conversation's next turn.
-                stored = list(sequence.request.prompt_ids) + sequence.outputs[:-1]
-                self.engine.store_sequence(stored, batch.row_kv(index, len(stored)), sequence.request.cache_salt)
-            else:
-                keep.append(index)
-        batch.keep(keep)
+    def draft(self, sequence: Running) -> list[int]:
+        if sequence.drafts is None:
+            return []
+        return sequence.drafts.propose(sequence.request.max_tokens - len(sequence.outputs) - 1)
+
+    def deliver(self, sequence: Running, tokens: list[int], logits: torch.Tensor, stored_kv: Callable[[int], Callable]) -> bool:
+        """Send a decode step's tokens (with their logprobs when asked; `logits` [n, vocab] the
+        step's rows); a finished request's prompt + output KV (`stored_kv(count)` gives the
+        `(start, end) -> KV` reader of its first `count` tokens) is kept for the next turn.
+        True if the request finished."""
+        logprobs = tops = None
+        if sequence.request.logprobs is not None:
+            scored = [token_logprobs(logits[j], token, sequence.request.logprobs) for j, token in enumerate(tokens)]
+            logprobs, tops = [s[0] for s in scored], [s[1] for s in scored]
+        if not self._emit(sequence, tokens, logprobs, tops):
+            return False
+        # Keep prompt + output (but its last token, never run) for the conversation's next turn.
+        stored = list(sequence.request.prompt_ids) + sequence.outputs[:-1]
+        self.engine.store_sequence(stored, stored_kv(len(stored)), sequence.request.cache_salt)
+        return True
 
     # ---- tokens out ------------------------------------------------------------------------
     def _emit(self, sequence: Running, tokens: list[int], logprobs, tops) -> bool:

@@ -102,6 +102,7 @@ class Running:
     generator: torch.Generator | None  # seeded sampling
     outputs: list[int] = field(default_factory=list)
     feed: int = -1  # the last emitted token, not yet run through the model
+    kv: object | None = None  # its own SequenceKV where passes are mixed (else a row of the batch cache)
 
     @property
     def request(self) -> ServeRequest:
@@ -113,9 +114,9 @@ class Running:
 
 @dataclass
 class Prefilling:
-    """A long prompt prefilled in chunks between decode passes."""
+    """A prompt being prefilled, a chunk per step (one chunk for a short one)."""
 
     handle: RequestHandle
-    cache: object  # its own KV cache until it joins the batch
+    cache: object | None  # its own KV (a SequenceKV, or a DynamicCache on the separate-pass path); None until it starts
     done: int  # prompt tokens whose KV is in `cache`
     cached: int  # of those, read from the radix tree
