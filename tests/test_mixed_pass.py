@@ -86,4 +86,22 @@ def test_decode_rows_ride_in_the_prompt_chunks_pass(engine, monkeypatch):
     mixed = [c for c in compositions if any(n == 1 for n, _ in c) and any(n > 1 for n, _ in c)]
     assert mixed, "no pass carried a decode row and a prompt chunk together"
     assert serving.stats.mixed_passes == len(mixed)
-    assert max(sum(n for n, _ in c) for c in compositions) <= 32 + 2, "a pass kept to the token budget"
+    assert all(sum(n for n, _ in c) <= 32 for c in mixed), "a pass with a decoding request kept to the token budget"
+
+
+def test_the_budget_protects_decoding_requests_and_only_them():
+    """With requests decoding, prompt chunks fill the pass up to the budget; with none decoding a
+    pass takes prompts up to the idle budget (nobody waits on its length)."""
+    from aisql.engine.continuous.request import RequestHandle
+    from aisql.engine.continuous.scheduler import ServingScheduler
+
+    scheduler = ServingScheduler(max_running=8, pass_tokens=64, max_kv_tokens=10_000, cached_prefix=lambda prompt, salt: 0, idle_pass_tokens=1000)
+    handles = [RequestHandle(ServeRequest(tuple(range(300)), 4), lambda event: None) for _ in range(3)]
+    scheduler.add(handles)
+    idle = scheduler.schedule()
+    assert [tokens for _, tokens in idle.chunks] == [300, 300, 300]
+    scheduler.running = [handles[0]]
+    scheduler.prefilling = []
+    scheduler.add([RequestHandle(ServeRequest(tuple(range(300)), 4), lambda event: None)])
+    busy = scheduler.schedule()
+    assert [tokens for _, tokens in busy.chunks] == [64 - 1]

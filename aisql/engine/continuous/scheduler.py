@@ -10,7 +10,8 @@ and hands back a `StepResult` that `update()` applies: that is the only way stat
 
 A step has a token budget, `pass_tokens` (Sarathi-Serve's and vLLM's token budget): every running
 request decodes once (its token and drafts ride first), and the rest of the budget — at least a
-quarter of it, so prompts always progress — goes to prompt chunks: the prompts in progress first,
+quarter of it, so prompts always progress — goes to prompt chunks (a step with no request
+decoding has the larger `idle_pass_tokens`: nobody waits on its length): the prompts in progress first,
 in the order they started, then waiting requests, which start at once when there is room (a new
 turn is not queued behind the decoding ones). Admission is first come, first served, bounded by
 `max_running` requests (prefilling ones included) and by the KV tokens (prompt + max_tokens) of
@@ -24,6 +25,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aisql.engine.continuous.request import Prefilling, RequestHandle
+
+
+IDLE_PASS_TOKENS = 2048  # prompt tokens of a pass with no decoding request (the old prefill step's budget)
 
 
 @dataclass
@@ -46,11 +50,19 @@ class StepResult:
 
 class ServingScheduler:
     def __init__(
-        self, *, max_running: int, pass_tokens: int, max_kv_tokens: int, cached_prefix: Callable[[Sequence[int], str | None], int]
+        self,
+        *,
+        max_running: int,
+        pass_tokens: int,
+        max_kv_tokens: int,
+        cached_prefix: Callable[[Sequence[int], str | None], int],
+        idle_pass_tokens: int = IDLE_PASS_TOKENS,
     ) -> None:
-        """`cached_prefix(prompt, salt)`: prompt tokens the prefix cache would serve it now."""
+        """`cached_prefix(prompt, salt)`: prompt tokens the prefix cache would serve it now.
+        `idle_pass_tokens`: the budget of a pass no running request decodes in."""
         self.max_running = max_running
         self.pass_tokens = pass_tokens
+        self.idle_pass_tokens = idle_pass_tokens
         self.max_kv_tokens = max_kv_tokens
         self.cached_prefix = cached_prefix
         self.waiting: deque[RequestHandle] = deque()
@@ -76,7 +88,10 @@ class ServingScheduler:
     def schedule(self) -> StepPlan:
         plan = StepPlan(retire=[row for row, handle in enumerate(self.running) if handle.cancelled])
         rows = len(self.running) - len(plan.retire)
-        budget = max(self.pass_tokens - rows, self.pass_tokens // 4)
+        # The budget protects decoding requests from a long pass; with none decoding there is
+        # nothing to protect, and prompts arriving together (agents' turns often do) are prefilled
+        # in as few, full passes as the idle budget allows.
+        budget = max(self.pass_tokens - rows, self.pass_tokens // 4) if rows else max(self.pass_tokens, self.idle_pass_tokens)
         in_progress = []
         for state in self.prefilling:
             if state.handle.cancelled:
