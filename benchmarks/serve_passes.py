@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import shutil
 import statistics
 import subprocess
@@ -78,7 +79,7 @@ def profile(tree: Path, spec: str, sessions: int, args, extra: list[str]) -> dic
         spy = subprocess.Popen([spy_path, "record", "--pid", str(pid), "--rate", "50", "--format", "raw", "--output", str(folded), "--threads"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         result = run(base, sessions, args)
-        spy.terminate()
+        spy.send_signal(signal.SIGINT)  # py-spy writes its samples on SIGINT (SIGTERM left none)
         spy.wait(timeout=120)
     return {"run": {k: v for k, v in result.items() if k != "per_turn"}, "engine_thread": _fold(folded)}
 
