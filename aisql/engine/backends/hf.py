@@ -106,7 +106,7 @@ class HFEngine(EncodesPrompts):
             for window in windows:
                 self._compute_shared_for(window, reuse)
                 for batch in self.scheduler.batches(window):
-                    self._follow_load()
+                    self.follow_load()
                     batch = [self.scheduler.refresh(w) for w in batch]
                     scores = score_batch(self, batch, [requests[w.index] for w in batch], reuse)
                     for work, value in zip(batch, scores):
@@ -153,7 +153,7 @@ class HFEngine(EncodesPrompts):
         if reuse:
             self.compute_shared([w.chain for w in window])
 
-    def _follow_load(self) -> None:
+    def follow_load(self) -> None:
         """Between batches: the thread count follows the load beside the engine (CPU only)."""
         if self.threads is not None:
             self.threads.adjust()
@@ -168,7 +168,7 @@ class HFEngine(EncodesPrompts):
                 self._compute_shared_for(window, reuse)
                 room = [requests[w.index].max_tokens for w in window]
                 for batch in self.scheduler.batches(window, room):
-                    self._follow_load()
+                    self.follow_load()
                     batch = [self.scheduler.refresh(w) for w in batch]
                     generations = BatchDecode(self, batch, [requests[w.index] for w in batch], reuse, speculative).run()
                     for work, generation in zip(batch, generations):
@@ -207,7 +207,7 @@ class HFEngine(EncodesPrompts):
         (prompts starting together then each read them instead of computing them again)."""
         if not self.prefix_cache or len(prompts) < 2:
             return
-        self._follow_load()
+        self.follow_load()
         chains = self.scheduler.admit(prompts, salts)
         try:
             self.compute_shared(chains)
@@ -229,18 +229,14 @@ class HFEngine(EncodesPrompts):
 
     def start_sequence(self, prompt: Sequence[int], salt: str | None = None):
         """A new KV cache for one sequence, seeded with the longest prefix the tree holds (all but
-        the last prompt token at most). Returns (cache, cached tokens)."""
+        the last prompt token at most; `cached_prefix_pieces`'s). Returns (cache, cached tokens)."""
         cache = self.runner.new_cache()
-        cached = 0
-        if self.prefix_cache:
-            match = self.radix.match_prefix(prompt, salt)
-            cached = min(match.length, len(prompt) - 1)
-            if cached:
-                for layer, (k, v) in enumerate(self.radix.gather(match.node, cached)):
-                    self.runner.seed_layer(cache, layer, k.unsqueeze(0), v.unsqueeze(0))  # gather made new tensors
-                self.radix.touch(match.node)
-        self.stats.kv_hit_tokens += cached
-        return cache, cached
+        pieces = self.cached_prefix_pieces(prompt, salt)
+        for layer in range(len(pieces[0][0].kv) if pieces else 0):
+            keys = torch.cat([node.kv[layer][0][:, :count] for node, count in pieces], dim=1)
+            values = torch.cat([node.kv[layer][1][:, :count] for node, count in pieces], dim=1)
+            self.runner.seed_layer(cache, layer, keys.unsqueeze(0), values.unsqueeze(0))  # cat made new tensors
+        return cache, sum(count for _, count in pieces)
 
     def store_sequence(self, tokens: Sequence[int], kv_of, salt: str | None = None) -> None:
         """Keep a sequence's KV in the tree for the next turn; `kv_of(start, end)` gives the KV of

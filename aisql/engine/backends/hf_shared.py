@@ -33,7 +33,7 @@ def shared_levels_in_one_pass(engine, nodes: list[RadixNode]) -> bool:
             return False
     if all(s.reads is None for s in segments):
         return False  # one level: the level's batches already make one pass
-    engine._follow_load()
+    engine.follow_load()
     readers = {id(s.prefix): s.prefix for s in segments}.values()
     for prefix in readers:
         engine.radix.lock(prefix)

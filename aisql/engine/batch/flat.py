@@ -307,7 +307,10 @@ def _prefix(group: _Group, layer: int, key, value) -> LayerKV | None:
     """The keys and values every member of the group sees before its own tokens, [Hkv, P, D]:
     the cached prefix as gathered for the pass, then the in-pass segments it reads (this layer's
     keys of the pass; none are copied when there is only one part)."""
-    parts = [(k.to(key.dtype), v.to(value.dtype)) for k, v in [group.prefix_kv[layer]]] if group.cached_len else []
+    parts = []
+    if group.cached_len:
+        cached_k, cached_v = group.prefix_kv[layer]
+        parts.append((cached_k.to(key.dtype), cached_v.to(value.dtype)))
     parts += [(key[0, :, begin:end], value[0, :, begin:end]) for begin, end in group.chain]
     if not parts:
         return None

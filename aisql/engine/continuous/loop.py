@@ -44,7 +44,6 @@ from aisql.engine.decoding.token_sampling import seeded_generator
 from aisql.engine.options import DEFAULT_PASS_TOKENS
 
 
-
 def _engine_counter(name: str) -> property:
     return property(lambda self: getattr(self.engine, name), doc=f"the engine's {name}")
 
